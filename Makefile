@@ -1,0 +1,30 @@
+# The two commands: `make demo` and `make test`. Both set everything up first (workflows/setup.sh).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_OUT ?= out/demo
+
+.PHONY: setup demo test test-slow bench sdist sample clean
+
+setup:
+	@bash workflows/setup.sh
+
+demo: setup
+	$(PY) -m pipeline run --config configs/corpus/sample.yaml --output $(DEMO_OUT)/corpus --overwrite
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) workflows/bench_pipeline.py
+
+sdist: setup
+	$(PY) -m build --sdist --no-isolation -o dist .
+
+sample: setup
+	$(PY) workflows/make_sample.py
+
+clean:
+	rm -rf out dist build *.egg-info

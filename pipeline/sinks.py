@@ -1,0 +1,86 @@
+"""Deterministic corpus shards (Arrow IPC with zstd, or Parquet) and the rejected-records sink.
+
+Shard names and contents depend only on the documents: each document goes to shard
+``stable_hash(id) % n`` of its ``(lang, bucket)`` where ``n`` follows from the partition's total
+size and the target shard size; inside a shard rows are sorted by ``(id, source)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, BinaryIO, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import fs
+from .documents import Document, Rejected
+
+SCHEMA = pa.schema([
+    ("id", pa.string()), ("url", pa.string()), ("date", pa.string()), ("digest", pa.string()),
+    ("source", pa.string()), ("text", pa.string()), ("lang", pa.string()),
+    ("lang_score", pa.float64()), ("perplexity", pa.float64()), ("bucket", pa.string()),
+    ("nlines", pa.int32()), ("original_nlines", pa.int32()), ("length", pa.int32()),
+    ("original_length", pa.int32()),
+])
+FORMATS = {"arrow": ".arrow", "parquet": ".parquet"}
+BATCH_ROWS = 1024
+
+
+def stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:8], "little")
+
+
+def shard_count(total_bytes: int, target_bytes: int) -> int:
+    return max(1, math.ceil(total_bytes / target_bytes))
+
+
+def shard_of(doc: Document, n_shards: int) -> int:
+    return stable_hash(doc["id"]) % n_shards
+
+
+def partition_dir(output: str, lang: str, bucket: str) -> str:
+    return fs.join(output, f"lang={lang}", f"bucket={bucket}")
+
+
+def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str:
+    return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
+
+
+def to_table(docs: Iterable[Document]) -> pa.Table:
+    rows = sorted(docs, key=lambda d: (d["id"], d["source"]))
+    return pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=SCHEMA)
+
+
+def write_table(table: pa.Table, path: str, fmt: str) -> None:
+    """Write one shard atomically; identical tables give identical bytes."""
+    def arrow(stream: BinaryIO) -> None:
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.ipc.new_file(stream, SCHEMA, options=options) as writer:
+            writer.write_table(table, max_chunksize=BATCH_ROWS)
+
+    def parquet(stream: BinaryIO) -> None:
+        pq.write_table(table, stream, compression="zstd", row_group_size=BATCH_ROWS * 16)
+
+    fs.write_atomic(path, arrow if fmt == "arrow" else parquet)
+
+
+def read_shard(path: str) -> pa.Table:
+    """Read a shard written by :func:`write_table` (either format)."""
+    with fs.open_read(path) as stream:
+        if path.endswith(FORMATS["parquet"]):
+            return pq.read_table(stream)
+        return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()
+
+
+def write_rejected(records: Iterable[Rejected], path: str) -> None:
+    """Rejected records as JSON lines, sorted by file and offset."""
+    rows = sorted(records, key=lambda r: (r.source, r.offset, r.reason, r.record_id))
+    body = "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    fs.write_atomic(path, lambda stream: stream.write(body.encode("utf-8")))
+
+
+def write_json(obj: Any, path: str) -> None:
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    fs.write_atomic(path, lambda stream: stream.write(text.encode("utf-8")))

@@ -1,0 +1,295 @@
+"""Read CommonCrawl WET and WARC files into documents, routing bad records to ``rejected``.
+
+fastwarc parses the records. Around it, this module splits the file into gzip members itself
+(CommonCrawl gzips every record separately) because fastwarc, given a whole file, ends the
+iteration at the first malformed record and reads a truncated record as if it were complete.
+Splitting by member gives every record its compressed offset (as in CommonCrawl's index), lets a
+corrupt or truncated member be reported and skipped, and resynchronises after garbage bytes.
+Uncompressed files are read whole and resynchronised on the next ``WARC/1.`` line.
+
+Every record ends as exactly one of: a :class:`Document`, a :class:`Drop` (records that are
+normal but not text, e.g. ``warcinfo`` or a non-HTML response: counted) or a :class:`Rejected`
+(truncated, not decodable, wrong type, missing headers, lying Content-Length: counted and
+written to ``<out>/rejected/``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import zlib
+from typing import BinaryIO, Iterator, Union
+
+from fastwarc.warc import ArchiveIterator, WarcRecord
+
+from .documents import Document, Drop, Rejected
+
+GZIP_MAGIC = b"\x1f\x8b\x08"
+CHUNK = 1 << 22
+WINDOW = 1 << 16
+RAW_PREVIEW = 2048
+REQUIRED_HEADERS = ("WARC-Record-ID", "WARC-Target-URI", "WARC-Date")
+SKIPPED_TYPES = {"warcinfo", "request", "metadata", "revisit", "resource"}
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+ReadResult = Union[Document, Drop, Rejected]
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One gzip member (or one uncompressed file): where it starts and what it held."""
+
+    offset: int
+    length: int
+    data: bytes
+    error: str = ""  # "", "garbage", "corrupt_gzip" or "truncated"
+    detail: str = ""
+    compressed: bool = True
+
+
+class _Buffered:
+    """A byte stream read in chunks, with the file offset of the current position."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream, self.buf, self.pos, self.base, self.eof = stream, b"", 0, 0, False
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def available(self) -> int:
+        return len(self.buf) - self.pos
+
+    def more(self) -> bool:
+        """Read the next chunk, dropping what was consumed. False at end of stream."""
+        chunk = b"" if self.eof else self.stream.read(CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.base += self.pos
+        self.buf, self.pos = self.buf[self.pos:] + chunk, 0
+        return True
+
+    def skip_to_magic(self) -> int:
+        """Advance to the next gzip magic (or the end); return the number of bytes skipped."""
+        start = self.offset
+        while True:
+            i = self.buf.find(GZIP_MAGIC, self.pos + 1)
+            if i >= 0:
+                self.pos = i
+                return self.offset - start
+            # keep the last bytes in case a magic straddles the chunk boundary
+            self.pos = max(self.pos, len(self.buf) - len(GZIP_MAGIC) + 1)
+            if not self.more():
+                self.pos = len(self.buf)
+                return self.offset - start
+
+
+def iter_gzip_members(stream: BinaryIO) -> Iterator[Member]:
+    """Split a (multi-member) gzip stream into members, reporting garbage, corruption and truncation."""
+    src = _Buffered(stream)
+    while src.available() or src.more():
+        if src.available() < len(GZIP_MAGIC) and not src.eof:
+            src.more()
+        start = src.offset
+        if src.buf[src.pos:src.pos + len(GZIP_MAGIC)] != GZIP_MAGIC:
+            skipped = src.skip_to_magic()
+            yield Member(start, skipped, b"", "garbage", f"{skipped} bytes that are not gzip data")
+            continue
+        member_pos, member_base = src.pos, src.base
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        parts: list[bytes] = []
+        try:
+            while not inflater.eof:
+                if not src.available() and not src.more():
+                    yield Member(start, src.offset - start, b"".join(parts), "truncated",
+                                 "file ends inside this gzip member")
+                    return
+                window = memoryview(src.buf)[src.pos:src.pos + WINDOW]
+                parts.append(inflater.decompress(window))
+                src.pos += len(window) - len(inflater.unused_data)
+        except zlib.error as exc:
+            # resume scanning one byte after this member's start
+            src.pos = member_pos - (src.base - member_base) + 1
+            skipped = src.skip_to_magic() + 1
+            yield Member(start, skipped, b"", "corrupt_gzip", str(exc))
+            continue
+        yield Member(start, src.offset - start, b"".join(parts))
+
+
+def iter_members(stream: BinaryIO, path: str) -> Iterator[Member]:
+    """Gzip members of a ``.gz`` file, or the whole content of an uncompressed one."""
+    head = stream.read(len(GZIP_MAGIC))
+    rest = io.BufferedReader(_Prepend(head, stream)) if head else stream
+    if head == GZIP_MAGIC or path.endswith(".gz"):
+        yield from iter_gzip_members(rest)  # a .gz with a bad head is reported as garbage
+    else:
+        data = rest.read()
+        yield Member(0, len(data), data, compressed=False)
+
+
+class _Prepend(io.RawIOBase):
+    """A raw stream that first returns ``head`` then reads from ``stream``."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self.head, self.stream = head, stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n], self.head = self.head[:n], self.head[n:]
+            return n
+        data = self.stream.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+@dataclasses.dataclass
+class RecordReader:
+    """Turns WARC/WET records of one file into documents, drops and rejections."""
+
+    source: str
+    fmt: str  # "wet" or "warc"
+    verify_digests: bool = True
+
+    def read(self, stream: BinaryIO) -> Iterator[ReadResult]:
+        for member in iter_members(stream, self.source):
+            if member.error in ("garbage", "corrupt_gzip"):
+                yield self._reject(member.offset, member.error, member.detail, b"")
+                continue
+            yield from self._records(member)
+
+    def _reject(self, offset: int, reason: str, detail: str, raw: bytes, record_id: str = "") -> Rejected:
+        preview = raw[:RAW_PREVIEW].decode("utf-8", errors="replace")
+        return Rejected(self.source, offset, reason, detail, record_id, preview)
+
+    def _records(self, member: Member) -> Iterator[ReadResult]:
+        """Parse the records of one member.
+
+        fastwarc reports a malformed record only when it fails to parse the *next* one, so each
+        result is held back until the parser has moved past it. On a failure, the held record
+        is blamed (``content_length_mismatch``) if its block does not end where its
+        Content-Length says; otherwise the bytes after it are ``unparseable``. Parsing resumes
+        at the next ``WARC/1.`` line.
+        """
+        data, start = member.data, 0
+
+        def where(pos: int) -> int:  # a record's offset: its gzip member's, or its own if uncompressed
+            return member.offset if member.compressed else member.offset + pos
+
+        while start < len(data.rstrip()):
+            pending: tuple[int, int, ReadResult] | None = None
+            try:
+                for record in ArchiveIterator(io.BytesIO(data[start:]), parse_http=False):
+                    if pending is not None:
+                        yield pending[2]
+                    pos = start + record.stream_pos
+                    declared = record.content_length
+                    pending = (pos, declared, self._convert(record, member, where(pos), data[pos:pos + RAW_PREVIEW]))
+                    if member.error == "truncated":
+                        break
+            except OSError as exc:
+                if pending is None:
+                    reason = "truncated" if member.error == "truncated" else "unparseable"
+                    yield self._reject(where(start), reason, f"not a WARC record: {exc}", data[start:_next(data, start)])
+                    resume = start
+                else:
+                    pos, declared, result = pending
+                    block_end = data.find(b"\r\n\r\n", pos) + 4 + declared
+                    if data[block_end:block_end + 4] == b"\r\n\r\n":
+                        yield result
+                        resume = block_end + 4
+                        yield self._reject(where(resume), "unparseable", f"not a WARC record: {exc}",
+                                           data[resume:_next(data, resume)])
+                    else:
+                        record_id = result.record_id if isinstance(result, Rejected) else (
+                            result.get("id", "") if isinstance(result, dict) else "")
+                        yield self._reject(where(pos), "content_length_mismatch",
+                                           "bytes left after the record's declared Content-Length", data[pos:], record_id)
+                        resume = pos
+                start = _next(data, resume)
+                continue
+            if pending is not None:
+                yield pending[2]
+            return
+        if member.error == "truncated" and not data.strip():
+            yield self._reject(member.offset, "truncated", member.detail, b"")
+
+    def _convert(self, record: WarcRecord, member: Member, offset: int, raw: bytes) -> ReadResult:
+        headers = record.headers
+        record_id = headers.get("WARC-Record-ID", "")
+        rtype = headers.get("WARC-Type", "")
+        expected = "conversion" if self.fmt == "wet" else "response"
+        if rtype != expected:
+            if rtype in SKIPPED_TYPES:
+                return Drop(f"skipped_{rtype}")
+            return self._reject(offset, "unexpected_type", f"WARC-Type {rtype!r} in a {self.fmt} file", raw, record_id)
+        missing = [h for h in REQUIRED_HEADERS if not headers.get(h)]
+        if missing:
+            return self._reject(offset, "missing_header", "missing " + ", ".join(missing), raw, record_id)
+        declared = record.content_length  # fastwarc lowers it to what it could read
+        digest_ok = not (self.verify_digests and headers.get("WARC-Block-Digest")) or record.verify_block_digest()
+        block = record.reader.read()
+        if len(block) < declared:
+            reason = "truncated" if member.error == "truncated" else "content_length_mismatch"
+            return self._reject(offset, reason,
+                                f"Content-Length {declared} but {len(block)} bytes present", raw, record_id)
+        if not digest_ok:
+            return self._reject(offset, "digest_mismatch", "WARC-Block-Digest does not match the block", raw, record_id)
+        if self.fmt == "wet":
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return self._reject(offset, "not_utf8", f"invalid UTF-8 at byte {exc.start} of the body", raw, record_id)
+            digest = headers.get("WARC-Block-Digest", "")
+        else:
+            converted = _html_text(block)
+            if isinstance(converted, Drop):
+                return converted
+            text, digest = converted, headers.get("WARC-Payload-Digest", "")
+        lines = [line.strip() for line in text.split("\n")]
+        paragraphs = [line for line in lines if line]
+        if not paragraphs:
+            return self._reject(offset, "empty", "no text in the record", raw, record_id)
+        return {
+            "id": record_id,
+            "url": headers.get("WARC-Target-URI", ""),
+            "date": headers.get("WARC-Date", ""),
+            "digest": digest,
+            "source": self.source,
+            "text": "\n".join(paragraphs),
+            "original_nlines": len(lines),
+            "original_length": len(text),
+        }
+
+
+def _next(data: bytes, pos: int) -> int:
+    """Where the next record may start after ``pos`` (the end of ``data`` if nowhere)."""
+    found = data.find(b"WARC/1.", pos + 1)
+    return found if found >= 0 else len(data)
+
+
+def _html_text(block: bytes) -> str | Drop:
+    """Text of an HTTP response block holding HTML, as resiliparse extracts it (one line per block)."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
+    head, sep, body = block.partition(b"\r\n\r\n")
+    if not sep:
+        return Drop("skipped_no_http_headers")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split()
+    if len(parts) < 2 or parts[1] != "200":
+        return Drop("skipped_http_status")
+    content_type = ""
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-type":
+            content_type = value.strip().lower()
+    if not content_type.startswith(HTML_TYPES):
+        return Drop("skipped_non_html")
+    charset = content_type.partition("charset=")[2].split(";")[0].strip() or None
+    html = bytes_to_str(body, charset or detect_encoding(body))
+    return extract_plain_text(html, main_content=False, alt_texts=False, preserve_formatting=True)

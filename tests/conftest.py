@@ -1,0 +1,66 @@
+"""Shared fixtures: the bundled sample, CCNet's reference source, and real-format WARC writers."""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "tests" / "data" / "sample"
+CACHE = Path(os.environ.get("POLYGLOT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyglot-corpus")
+CCNET = CACHE / "reference" / "cc_net-1.0.0" / "cc_net"
+
+
+@pytest.fixture(scope="session")
+def sample() -> Path:
+    return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def ccnet_normalizer() -> ModuleType:
+    """CCNet's own ``text_normalizer.py`` (fetched by workflows/setup.sh from its PyPI sdist)."""
+    path = CCNET / "text_normalizer.py"
+    assert path.is_file(), f"{path} missing: run `make test` (workflows/setup.sh fetches it)"
+    spec = importlib.util.spec_from_file_location("ccnet_text_normalizer", path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def block_digest(body: bytes) -> str:
+    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
+
+
+def warc_record(body: bytes, *, rtype: str = "conversion", uri: str = "https://example.org/page",
+                record_id: str = "<urn:uuid:00000000-0000-0000-0000-000000000001>",
+                content_length: int | None = None, content_type: str = "text/plain",
+                drop: tuple[str, ...] = (), digest: bool = True) -> bytes:
+    """One WARC/1.0 record exactly as CommonCrawl writes it (headers, block, CRLF CRLF), uncompressed."""
+    headers = {
+        "WARC-Type": rtype,
+        "WARC-Target-URI": uri,
+        "WARC-Date": "2024-02-20T10:11:12Z",
+        "WARC-Record-ID": record_id,
+        "WARC-Refers-To": "<urn:uuid:00000000-0000-0000-0000-0000000000ff>",
+        "WARC-Block-Digest": block_digest(body) if digest else None,
+        "Content-Type": content_type,
+        "Content-Length": str(len(body) if content_length is None else content_length),
+    }
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if v is not None and k not in drop)
+    return b"WARC/1.0\r\n" + head.encode() + b"\r\n" + body + b"\r\n\r\n"
+
+
+def gz(record: bytes) -> bytes:
+    """A gzip member of its own, as CommonCrawl compresses every record."""
+    return gzip.compress(record, mtime=0)
+
+
+sys.path.insert(0, str(Path(__file__).parent))

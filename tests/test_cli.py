@@ -1,0 +1,43 @@
+"""The command line: --help documents every option; user mistakes give one line, exit 2, no traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.config import describe
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_documents_every_option():
+    out = cli("run", "--help").stdout
+    for flag in ("--config", "--input", "--output", "--runner", "--set", "--overwrite", "--no-progress"):
+        assert flag in out
+    for line in describe():
+        key = line.split()[0]
+        assert f"  {key} (default" in out, key
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.polcy=keep_first"], "unknown config key 'dedup.polcy'"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "lid.threshold=1.5"], "lid.threshold=1.5 is out of range"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.policy=keep_last"], "dedup.policy must be one of"),
+    (["--config", "configs/corpus/nope.yaml"], "config configs/corpus/nope.yaml: no such file"),
+    (["--input", "/nonexistent/*.warc.wet.gz", "--output", "/tmp/x"], "matches no file"),
+    (["--config", "configs/corpus/sample.yaml", "--direct_num_wrkers=2"], "unknown option or argument '--direct_num_wrkers=2'"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "lid.model=/nonexistent/lid.bin", "--output", "/tmp/polyglot-cli-test"],
+     "lid.model /nonexistent/lid.bin: no such file"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "lid.model=configs/corpus/sample.yaml"], "not a fastText model"),
+])
+def test_user_mistakes_are_one_line(args, message):
+    result = cli("run", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1

@@ -1,0 +1,58 @@
+"""Language ID with lid.176 on real sentences in the sample's languages."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.documents import Drop
+from pipeline.errors import UserError
+from pipeline.lid import LanguageIdentifier, default_model_path
+
+LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
+
+
+@pytest.fixture(scope="module")
+def lid() -> LanguageIdentifier:
+    return LanguageIdentifier(None, threshold=0.5, thresholds={}, below_threshold="drop")
+
+
+def real_lines(sample, lang: str, n: int = 30) -> list[str]:
+    lines = [line for line in (sample / "ref" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+             if len(line) >= 80]
+    return lines[:: max(1, len(lines) // n)][:n]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_real_sentences_get_their_language(lid, sample, lang):
+    lines = real_lines(sample, lang)
+    assert len(lines) >= 20
+    predicted = [lid.predict(line)[0] for line in lines]
+    assert sum(p == lang for p in predicted) / len(lines) >= 0.9, predicted
+
+
+def test_document_lines_are_joined_with_spaces(lid, sample):
+    text = "\n".join(real_lines(sample, "de", 5))
+    doc = lid({"text": text})
+    assert doc["lang"] == "de" and 0.5 <= doc["lang_score"] <= 1.0
+
+
+def test_thresholds_and_unknown(lid):
+    ambiguous = {"text": "ok 123 ??? --"}
+    strict = LanguageIdentifier(None, threshold=0.99, thresholds={"en": 0.1}, below_threshold="unknown")
+    _, score = lid.predict(ambiguous["text"])
+    assert score < 0.99
+    assert LanguageIdentifier(None, 0.99, {}, "drop")(ambiguous) == Drop("below_threshold")
+    assert strict(ambiguous)["lang"] in ("unknown", "en")
+    assert strict({"text": "This is clearly an English sentence about the weather."})["lang"] == "en"
+
+
+def test_default_model_is_the_wheel_file():
+    assert default_model_path().endswith("resources/lid.176.ftz")
+
+
+def test_bad_model_path_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        LanguageIdentifier(str(tmp_path / "missing.bin"), 0.5, {}, "drop").model
+    bad = tmp_path / "garbage.bin"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(UserError, match="not a fastText model"):
+        LanguageIdentifier(str(bad), 0.5, {}, "drop").model

@@ -1,0 +1,62 @@
+"""Normalization and paragraph hashes against CCNet's own text_normalizer, on tricky and real text."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from pipeline.normalize import normalize, normalize_for_dedup, paragraph_hash
+
+TRICKY = [
+    "Café Ünïcödé naïve résumé",                      # accents
+    "Preis: １２３，４５ € — ２０２４年",                 # full-width digits, CJK comma, em dash
+    "「引用」《书名》，句号。问号？感叹！（括号）【方】％",   # CJK punctuation
+    "مرحبا بالعالم ١٢٣ «اقتباس»",                      # RTL Arabic with Arabic-Indic digits
+    "עברית 456 ‏mark",                                 # Hebrew with a right-to-left mark
+    "ह िंदी ० १ २ देवनागरी",                              # Devanagari digits and combining signs
+    "  tabs\tand\x00control\x1f chars\x7f\x85 ",        # control characters (C0 and C1)
+    "line one\nline two\r\nthree",                    # newlines are deleted without a space
+    "한국어 텍스트",                                      # Hangul: CCNet keeps the NFD form
+    "Ελληνικά με τόνους και ΚΕΦΑΛΑΙΑ",
+    "…ellipsis ‘single’ “double” „low” ´acute –en ►arrow ━bar ～tilde",
+    "",
+    "   ",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_normalize_matches_ccnet(text, ccnet_normalizer):
+    assert normalize(text) == ccnet_normalizer.normalize(text)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_normalize_for_dedup_matches_ccnet(text, ccnet_normalizer):
+    assert normalize_for_dedup(text) == ccnet_normalizer.normalize_for_dedup(text)
+
+
+def test_real_sample_text_matches_ccnet(sample, ccnet_normalizer):
+    lines = []
+    for path in sorted((sample / "ref").glob("*.txt")):
+        lines.extend(path.read_text(encoding="utf-8").splitlines()[:300])
+    assert len(lines) > 1000
+    for line in lines:
+        assert normalize(line) == ccnet_normalizer.normalize(line), line
+        assert normalize_for_dedup(line) == ccnet_normalizer.normalize_for_dedup(line), line
+
+
+def test_specific_rules():
+    assert normalize_for_dedup("Éte ２０２４，“ok”") == "éte 0000ok"  # accents kept, punct removed
+    assert normalize("Éte ２０２４，“ok”") == 'ete 0000,"ok"'      # accents stripped, punct replaced
+    assert normalize("a\nb") == "ab"                                 # glued, as CCNet does
+    assert normalize_for_dedup("٣ apples") == normalize_for_dedup("7 APPLES")
+
+
+def test_paragraph_hash_is_ccnet_str_hash():
+    # CCNet: np.frombuffer(sha1(normalize_for_dedup(s)).digest()[:8], dtype=np.uint64) (little endian)
+    import numpy as np
+
+    line = "Hello ２０２４ World!"
+    expected = np.frombuffer(hashlib.sha1(normalize_for_dedup(line).encode()).digest()[:8], dtype="<u8")[0]
+    assert paragraph_hash(line) == int(expected)
+    assert paragraph_hash("Hello 1999 world!") == paragraph_hash(line)
+    assert paragraph_hash("Hello world") != paragraph_hash("Hello word")

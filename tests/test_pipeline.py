@@ -1,0 +1,132 @@
+"""The Beam pipeline end to end on real sample files plus bad input: shards, stats, determinism."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import gz, warc_record
+from test_warc import BAD_CASES
+
+from pipeline.__main__ import main
+from pipeline.sinks import SCHEMA, read_shard
+
+
+def run_cli(*args: str) -> int:
+    return main(["run", "--no-progress", *args])
+
+
+@pytest.fixture(scope="module")
+def inputs(sample, tmp_path_factory) -> Path:
+    """Two real WET files of the sample, plus a file of every kind of bad record and a garbage file."""
+    root = tmp_path_factory.mktemp("inputs")
+    for path in sorted((sample / "wet").glob("*.warc.wet.gz"))[:2]:
+        shutil.copy(path, root / path.name)
+    (root / "bad.warc.wet.gz").write_bytes(b"".join(make() for make in BAD_CASES.values()))
+    (root / "garbage.warc.wet.gz").write_bytes(hashlib.sha256(b"x").digest() * 64)
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(inputs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "out"
+    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(out),
+                   "--set", "beam_options=[]", "--set", "write.shard_size_mb=0.5") == 0
+    return out
+
+
+def shard_digests(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.glob("lang=*/bucket=*/part-*"))}
+
+
+def test_shards_per_language_with_the_fixed_schema(corpus):
+    shards = sorted(corpus.glob("lang=*/bucket=all/part-*.arrow"))
+    langs = {p.parent.parent.name.removeprefix("lang=") for p in shards}
+    assert len(langs) >= 8, langs
+    for path in shards:
+        table = read_shard(str(path))
+        assert table.schema.equals(SCHEMA)
+        rows = table.to_pylist()
+        assert [r["id"] for r in rows] == sorted(r["id"] for r in rows)
+        assert {r["lang"] for r in rows} == {path.parent.parent.name.removeprefix("lang=")}
+        assert all(r["bucket"] == "all" and r["perplexity"] is None and r["length"] >= 300 for r in rows)
+        assert all(r["length"] == len(r["text"]) and r["nlines"] == r["text"].count("\n") + 1 for r in rows)
+        assert pa.ipc.open_file(str(path)).schema.equals(SCHEMA)
+
+
+def test_stats_add_up(corpus):
+    stats = json.loads((corpus / "stats.json").read_text())
+    c = stats["counters"]
+    assert c["read"]["files"] == 4
+    assert c["read"]["documents"] == c["dedup"]["documents_in"]
+    dropped = sum(v for k, v in c["dedup"].items() if k in ("too_short", "all_paragraphs_duplicated"))
+    assert c["dedup"]["documents_out"] + dropped == c["dedup"]["documents_in"]
+    assert c["dedup"]["paragraphs_removed"] > 0
+    rows = sum(read_shard(str(p)).num_rows for p in corpus.glob("lang=*/bucket=*/part-*"))
+    assert c["lid"]["documents_out"] == c["write"]["documents"] == rows
+    assert sum(v["documents"] for v in stats["languages"].values()) == rows
+
+
+def test_sampling_weights(corpus):
+    sampling = json.loads((corpus / "sampling.json").read_text())
+    langs = sampling["languages"]
+    assert sampling["alpha"] == 0.3 and sampling["unit"] == "characters"
+    assert sum(v["q"] for v in langs.values()) == pytest.approx(1.0)
+    total = sum(v["n"] for v in langs.values())
+    z = sum((v["n"] / total) ** 0.3 for v in langs.values())
+    for v in langs.values():
+        assert v["p"] == pytest.approx(v["n"] / total)
+        assert v["q"] == pytest.approx((v["n"] / total) ** 0.3 / z)
+
+
+def test_bad_input_is_rejected_with_reasons(corpus):
+    rejected = [json.loads(line) for p in sorted(corpus.glob("rejected/part-*.jsonl")) for line in p.open()]
+    reasons = {r["reason"] for r in rejected}
+    assert set(BAD_CASES) <= reasons, reasons
+    assert all(r["source"].endswith(("bad.warc.wet.gz", "garbage.warc.wet.gz")) for r in rejected)
+    counters = json.loads((corpus / "stats.json").read_text())["counters"]["read"]
+    assert sum(v for k, v in counters.items() if k.startswith("rejected_")) == len(rejected)
+
+
+def test_rerun_is_byte_identical(corpus, inputs, tmp_path):
+    first = shard_digests(corpus)
+    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),
+                   "--set", "beam_options=[]", "--set", "write.shard_size_mb=0.5") == 0
+    assert shard_digests(tmp_path) == first and len(first) > 8
+
+
+@pytest.mark.slow
+def test_two_workers_write_identical_bytes(corpus, inputs, tmp_path):
+    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),
+                   "--set", "write.shard_size_mb=0.5") == 0  # the config's 2-process DirectRunner
+    assert shard_digests(tmp_path) == shard_digests(corpus)
+
+
+def test_parquet_flag(inputs, tmp_path):
+    [one] = sorted(inputs.glob("CC*.warc.wet.gz"))[:1] or sorted(inputs.glob("*.warc.wet.gz"))[:1]
+    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(one), "--output", str(tmp_path),
+                   "--set", "beam_options=[]", "--set", "write.format=parquet") == 0
+    shards = sorted(tmp_path.glob("lang=*/bucket=all/part-*.parquet"))
+    assert shards and read_shard(str(shards[0])).schema.equals(SCHEMA)
+
+
+def test_existing_output_needs_overwrite(corpus, inputs, capsys):
+    args = ["--input", str(inputs / "bad.warc.wet.gz"), "--output", str(corpus)]
+    assert run_cli(*args) == 2
+    assert "already holds a corpus" in capsys.readouterr().err
+
+
+def test_uncompressed_and_gzip_records_round_trip(tmp_path):
+    body = ("Ein vollständiger deutscher Absatz über die Einstellungen der Textverarbeitung, "
+            "der lang genug ist, um erkannt zu werden und die Mindestlänge zu erreichen. ") * 4
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.warc.wet").write_bytes(warc_record(body.encode(), record_id="<urn:uuid:1>"))
+    (tmp_path / "in" / "b.warc.wet.gz").write_bytes(gz(warc_record(body.replace("Ein", "Der").encode(), record_id="<urn:uuid:2>")))
+    assert run_cli("--input", str(tmp_path / "in" / "*"), "--output", str(tmp_path / "out"),
+                   "--set", "dedup.policy=keep_first") == 0
+    [shard] = sorted((tmp_path / "out").glob("lang=de/bucket=all/part-*.arrow"))
+    assert [r["id"] for r in read_shard(str(shard)).to_pylist()] == ["<urn:uuid:1>", "<urn:uuid:2>"]

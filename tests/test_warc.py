@@ -1,0 +1,115 @@
+"""WET/WARC reading: the real format, and every kind of bad input counted under its reason."""
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+from conftest import gz, warc_record
+from warcio.archiveiterator import ArchiveIterator as WarcioIterator
+
+from pipeline.documents import Drop, Rejected
+from pipeline.warc import RecordReader, iter_gzip_members
+
+
+def read(data: bytes, fmt: str = "wet", name: str = "x.warc.wet.gz"):
+    return list(RecordReader(name, fmt).read(io.BytesIO(data)))
+
+
+def docs_of(results):
+    return [r for r in results if isinstance(r, dict)]
+
+
+def reasons(results):
+    return sorted(r.reason for r in results if isinstance(r, Rejected))
+
+
+def good(i: int) -> bytes:
+    body = f"Page {i}\nA first paragraph of page {i}.\nA second one.".encode()
+    return gz(warc_record(body, uri=f"https://example.org/{i}", record_id=f"<urn:uuid:{i:08d}-0000-0000-0000-000000000000>"))
+
+
+def test_sample_wet_files_match_warcio(sample):
+    """Every conversion record warcio sees in the real sample is one of our documents, same fields."""
+    paths = sorted((sample / "wet").glob("*.warc.wet.gz"))
+    assert paths
+    for path in paths[:2]:
+        ours = read(path.read_bytes(), name=str(path))
+        assert not reasons(ours)
+        with open(path, "rb") as f:
+            theirs = [(r.rec_headers.get_header("WARC-Record-ID"), r.rec_headers.get_header("WARC-Target-URI"),
+                       r.content_stream().read().decode())
+                      for r in WarcioIterator(f) if r.rec_type == "conversion"]
+        docs = docs_of(ours)
+        assert [(d["id"], d["url"]) for d in docs] == [(i, u) for i, u, _ in theirs]
+        for doc, (_, _, text) in zip(docs, theirs):
+            assert doc["text"] == "\n".join(line.strip() for line in text.split("\n") if line.strip())
+            assert doc["original_length"] == len(text)
+        assert sum(isinstance(r, Drop) and r.reason == "skipped_warcinfo" for r in ours) == 1
+
+
+def test_member_offsets_are_record_offsets(sample):
+    path = sorted((sample / "wet").glob("*.warc.wet.gz"))[0]
+    data = path.read_bytes()
+    members = list(iter_gzip_members(io.BytesIO(data)))
+    assert sum(m.length for m in members) == len(data)
+    for m in members[:20]:
+        assert gzip.decompress(data[m.offset:m.offset + m.length]) == m.data
+        assert m.data.startswith(b"WARC/1.0\r\n")
+
+
+def test_sample_warc_html_is_extracted(sample):
+    path = sorted((sample / "warc").glob("*.warc.gz"))[0]
+    results = read(path.read_bytes(), fmt="warc", name=str(path))
+    docs = docs_of(results)
+    assert len(docs) > 100 and not reasons(results)
+    assert all("<" not in d["text"][:200] or ">" not in d["text"][:200] for d in docs[:50])
+
+
+def test_headers_are_read_by_name_not_position():
+    body = b"Some text\nmore text"
+    record = (b"WARC/1.0\r\nContent-Length: %d\r\nWARC-Record-ID: <urn:uuid:abc>\r\nContent-Type: text/plain\r\n"
+              b"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: https://x.org/\r\nWARC-Type: conversion\r\n\r\n"
+              % len(body)) + body + b"\r\n\r\n"
+    [doc] = read(gz(record))
+    assert (doc["id"], doc["url"], doc["date"]) == ("<urn:uuid:abc>", "https://x.org/", "2024-01-01T00:00:00Z")
+
+
+BAD_CASES = {
+    "truncated": lambda: (good(1) + good(2) + good(3))[:-25],
+    "garbage": lambda: good(1) + b"\x00\xffnot gzip at all\xfe" * 10 + good(2),
+    "content_length_mismatch": lambda: good(1) + gz(warc_record(b"twenty-three bytes here", content_length=10, digest=False)) + good(2),
+    "empty": lambda: good(1) + gz(warc_record(b"")) + good(2),
+    "not_utf8": lambda: good(1) + gz(warc_record("caf\xe9 cr\xe8me br\xfbl\xe9e".encode("latin-1"))) + good(2),
+    "unexpected_type": lambda: good(1) + gz(warc_record(b"hello", rtype="response")) + good(2),
+    "missing_header": lambda: good(1) + gz(warc_record(b"hello there", drop=("WARC-Target-URI",))) + good(2),
+    "digest_mismatch": lambda: good(1) + gz(warc_record(b"hello there").replace(b"hello", b"HELLO")) + good(2),
+    "corrupt_gzip": lambda: good(1) + gz(warc_record(b"hello there"))[:12] + b"\x00" * 40 + good(2),
+    "unparseable": lambda: good(1) + gz(b"this is gzip but not a WARC record\r\n\r\n") + good(2),
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_CASES))
+def test_bad_input_is_counted_not_fatal(reason):
+    results = read(BAD_CASES[reason]())
+    assert reason in reasons(results)
+    bad = [r for r in results if isinstance(r, Rejected)]
+    assert all(r.source == "x.warc.wet.gz" and r.offset >= 0 for r in bad)
+    good_ids = [d["id"] for d in docs_of(results)]
+    expected = 1 if reason == "truncated" else 2
+    assert len(good_ids) == expected + (reason == "truncated"), good_ids  # good records around it survive
+
+
+def test_content_length_longer_than_body():
+    record = gz(warc_record(b"short body", content_length=500, digest=False))
+    assert reasons(read(good(1) + record + good(2))) == ["content_length_mismatch"]
+
+
+def test_uncompressed_file_resyncs_after_bad_record():
+    data = (warc_record(b"first doc text") + b"garbage line\r\n\r\n"
+            + warc_record(b"second doc text", record_id="<urn:uuid:2>"))
+    results = read(data, name="x.warc.wet")
+    assert [d["text"] for d in docs_of(results)] == ["first doc text", "second doc text"]
+    [bad] = [r for r in results if isinstance(r, Rejected)]
+    assert (bad.reason, bad.raw) == ("unparseable", "garbage line\r\n\r\n")
+    assert bad.offset == len(warc_record(b"first doc text"))

@@ -1,0 +1,177 @@
+"""Benchmark the corpus pipeline: Beam (1 and 2 workers) against a plain single-process loop.
+
+Builds >= 50 MB (gzip) of CommonCrawl-format WET by repeating the bundled sample with varied
+text (every copy gets new record ids and URLs, and one word per paragraph swapped, so most
+paragraphs stay unique while boilerplate stays duplicated, as in a crawl), then runs
+read -> exact dedup -> language ID -> Arrow shards three ways and prints documents/s and the
+ratio to the single-process loop, which calls the same step functions with in-memory dedup
+(the floor Beam adds its overhead to).
+
+    .venv/bin/python workflows/bench_pipeline.py [--target-mb 50] [--work out/bench]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import io
+import os
+import random
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import dedup, sinks  # noqa: E402
+from pipeline.beam_pipeline import without_perplexity  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
+from pipeline.documents import Drop, Rejected  # noqa: E402
+from pipeline.lid import LanguageIdentifier  # noqa: E402
+from pipeline.run import run_corpus  # noqa: E402
+from pipeline.warc import RecordReader  # noqa: E402
+
+
+def sample_records(sample: Path) -> list[tuple[str, str, bytes]]:
+    records = []
+    for path in sorted(sample.glob("wet/*.warc.wet.gz")):
+        with open(path, "rb") as f:
+            for r in ArchiveIterator(f):
+                if r.rec_type == "conversion":
+                    records.append((r.rec_headers.get_header("WARC-Target-URI"),
+                                    r.rec_headers.get_header("WARC-Date"), r.content_stream().read()))
+    return records
+
+
+def vary(text: str, rng: random.Random) -> str:
+    """Swap one word per paragraph with another word of the same document."""
+    paragraphs = text.split("\n")
+    words = text.split()
+    out = []
+    for para in paragraphs:
+        tokens = para.split(" ")
+        if len(tokens) > 3:
+            tokens[rng.randrange(len(tokens))] = rng.choice(words)
+        out.append(" ".join(tokens))
+    return "\n".join(out)
+
+
+def build_input(sample: Path, work: Path, target_mb: float, files: int = 8) -> list[str]:
+    """Write varied copies of the sample as ``files`` WET files totalling >= target_mb (gzip)."""
+    stamp = work / f"input-{target_mb:g}mb.done"
+    inputs = sorted(glob.glob(str(work / "input" / "*.warc.wet.gz")))
+    if stamp.exists() and inputs:
+        print(f"reusing benchmark input: {len(inputs)} files in {work / 'input'}")
+        return inputs
+    shutil.rmtree(work / "input", ignore_errors=True)
+    (work / "input").mkdir(parents=True)
+    records = sample_records(sample)
+    rng = random.Random(1234)
+    handles = [open(work / "input" / f"BENCH-{i:05d}.warc.wet.gz", "wb") for i in range(files)]
+    writers = [WARCWriter(h, gzip=True) for h in handles]
+    copy, written = 0, 0
+    while sum(h.tell() for h in handles) < target_mb * 2**20:
+        for n, (url, date, body) in enumerate(records):
+            text = body.decode("utf-8") if copy == 0 else vary(body.decode("utf-8"), rng)
+            payload = text.encode("utf-8")
+            headers = {"WARC-Target-URI": f"{url}?copy={copy}", "WARC-Date": date,
+                       "WARC-Record-ID": f"<urn:uuid:{uuid.UUID(int=rng.getrandbits(128))}>",
+                       "Content-Type": "text/plain"}
+            record = writers[written % files].create_warc_record(
+                headers["WARC-Target-URI"], "conversion", payload=io.BytesIO(payload),
+                warc_headers_dict=headers, length=len(payload))
+            writers[written % files].write_record(record)
+            written += 1
+        copy += 1
+    for h in handles:
+        h.close()
+    stamp.write_text("ok\n")
+    total = sum(os.path.getsize(p) for p in glob.glob(str(work / "input" / "*.gz")))
+    print(f"built benchmark input: {written} documents, {total / 2**20:.1f} MB gzip in {work / 'input'}")
+    return sorted(glob.glob(str(work / "input" / "*.warc.wet.gz")))
+
+
+def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
+    """read -> in-memory exact dedup -> LID -> shards, with the pipeline's own step functions."""
+    docs = []
+    for path in inputs:
+        with open(path, "rb") as f:
+            docs.extend(r for r in RecordReader(path, "wet", cfg.read.verify_digests).read(f)
+                        if not isinstance(r, (Drop, Rejected)))
+    groups = collections.defaultdict(list)
+    for doc in docs:
+        for h, occ in dedup.occurrences(doc):
+            groups[h].append(occ)
+    removed = collections.defaultdict(set)
+    for found in groups.values():
+        for doc_id, line in dedup.duplicates(found, cfg.dedup.policy):
+            removed[doc_id].add(line)
+    lid = LanguageIdentifier(cfg.lid.model, cfg.lid.threshold, cfg.lid.thresholds, cfg.lid.below_threshold)
+    partitions = collections.defaultdict(list)
+    for doc in docs:
+        kept = dedup.remove_paragraphs(doc, removed.get(doc["id"], ()), cfg.dedup.min_length)
+        if isinstance(kept, Drop):
+            continue
+        kept = lid(kept)
+        if isinstance(kept, Drop):
+            continue
+        kept = without_perplexity(kept)
+        partitions[(kept["lang"], kept["bucket"])].append(kept)
+    target = int(cfg.write.shard_size_mb * 2**20)
+    written = 0
+    for (lang, bucket), part in partitions.items():
+        n = sinks.shard_count(sum(len(d["text"].encode()) for d in part), target)
+        shards = collections.defaultdict(list)
+        for doc in part:
+            shards[sinks.shard_of(doc, n)].append(doc)
+        for shard, rows in shards.items():
+            sinks.write_table(sinks.to_table(rows), sinks.shard_path(str(out), lang, bucket, shard, "arrow"), "arrow")
+            written += len(rows)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target-mb", type=float, default=50.0, help="size of the generated WET input (gzip MB)")
+    parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
+    args = parser.parse_args()
+    work = Path(args.work)
+    inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
+    n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
+    base = ["--set", "progress=false", "--set", "write.shard_size_mb=64"]
+
+    def config(out: str, workers: int):
+        beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"
+        return load_config("configs/corpus/sample.yaml", {"input": inputs, "output": out},
+                           [*base[1::2], f"beam_options={beam}"])
+
+    results = {}
+    cfg = config(str(work / "loop"), 1)
+    shutil.rmtree(work / "loop", ignore_errors=True)
+    start = time.perf_counter()
+    kept = single_process_loop(inputs, work / "loop", cfg)
+    results["single-process loop (baseline)"] = (time.perf_counter() - start, 1, kept)
+    for workers in (1, 2):
+        out = work / f"beam{workers}"
+        shutil.rmtree(out, ignore_errors=True)
+        report = run_corpus(config(str(out), workers))
+        results[f"Beam DirectRunner, {workers} worker{'s' * (workers > 1)}"] = (
+            report["elapsed_s"], workers, report["counters"]["write"]["documents"])
+    baseline = results["single-process loop (baseline)"][0]
+    print(f"\n{n_docs} input documents, {sum(os.path.getsize(p) for p in inputs) / 2**20:.1f} MB gzip WET, "
+          f"{os.cpu_count()} cores; read -> exact dedup -> LID -> Arrow shards")
+    print(f"{'run':36} {'seconds':>8} {'docs/s':>8} {'docs/s/core':>12} {'kept':>7} {'speed vs loop':>14}")
+    for name, (seconds, cores, kept) in results.items():
+        rate = n_docs / seconds
+        print(f"{name:36} {seconds:8.1f} {rate:8.0f} {rate / cores:12.0f} {kept:7d} {baseline / seconds:13.2f}x")
+
+
+if __name__ == "__main__":
+    main()

