@@ -9,7 +9,7 @@ setup:
 	@bash workflows/setup.sh
 
 demo: setup
-	$(PY) -m pipeline run --config configs/corpus/sample.yaml --output $(DEMO_OUT)/corpus --overwrite
+	PY=$(PY) DEMO_OUT=$(DEMO_OUT) bash workflows/demo.sh
 
 test: setup
 	$(PY) -m pytest -q
@@ -19,6 +19,7 @@ test-slow: setup
 
 bench: setup
 	$(PY) workflows/bench_pipeline.py
+	$(PY) workflows/bench_perplexity.py
 
 sdist: setup
 	$(PY) -m build --sdist --no-isolation -o dist .

@@ -50,6 +50,74 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     return 0
 
 
+def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
+    from pathlib import Path
+
+    from .lm import kenlm_bin_dir, train_lm
+
+    if extra:
+        raise UserError(f"unknown option or argument {extra[0]!r}")
+    plan = lm_plan(args)
+    bin_dir = kenlm_bin_dir(args.kenlm_bin)
+    out = Path(args.out)
+    for lang, texts in plan.items():
+        if not args.overwrite and (out / f"{lang}.sp.model").exists() and (out / f"{lang}.arpa.bin").exists():
+            print(f"{lang}: {out}/{lang}.sp.model and {lang}.arpa.bin exist, skipped (--overwrite to retrain)")
+            continue
+        report = train_lm(lang, texts, out, vocab_size=args.vocab_size, order=args.order, memory=args.memory,
+                          seed=args.seed, bin_dir=bin_dir)
+        print(report.describe(), flush=True)
+    return 0
+
+
+def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Language -> reference text files, from --lang/--text or the --config file."""
+    import yaml
+
+    if args.config:
+        try:
+            data = yaml.safe_load(open(args.config, encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise UserError(f"config {args.config}: no such file") from None
+        unknown = sorted(set(data) - {"languages", "vocab_size", "order", "memory", "seed"})
+        if unknown:
+            raise UserError(f"config {args.config}: unknown key {unknown[0]!r} (known: languages, vocab_size, order, memory, seed)")
+        for key in ("vocab_size", "order", "memory", "seed"):
+            if key in data and getattr(args, key) == LM_DEFAULTS[key]:
+                setattr(args, key, data[key])
+        languages = data.get("languages") or {}
+        if not isinstance(languages, dict):
+            raise UserError(f"config {args.config}: languages must map a language code to text files")
+        base = __import__("pathlib").Path(args.config).parent
+        return {lang: [str(base / p) if not str(p).startswith("/") else str(p) for p in ([v] if isinstance(v, str) else v)]
+                for lang, v in languages.items()}
+    if not args.lang or not args.text:
+        raise UserError("train-lm needs --lang and --text, or --config")
+    langs = [lang.strip() for lang in args.lang.split(",") if lang.strip()]
+    if len(langs) == 1:
+        return {langs[0]: args.text}
+    if len(args.text) != len(langs):
+        raise UserError(f"--lang names {len(langs)} languages but {len(args.text)} --text files were given (one per language)")
+    return {lang: [text] for lang, text in zip(langs, args.text)}
+
+
+def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
+    from .perplexity import compute_cutoffs, write_cutoffs
+
+    if extra:
+        raise UserError(f"unknown option or argument {extra[0]!r}")
+    cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
+    write_cutoffs(cutoffs, args.out)
+    print(f"cutoffs for {len(cutoffs)} languages written to {args.out}")
+    for lang in sorted(cutoffs):
+        c = cutoffs[lang]
+        print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (min {c[0]:g}, median {c[50]:g}, max {c[100]:g})")
+    return 0
+
+
+LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,6 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override one config key, e.g. --set dedup.policy=keep_first (value read as YAML)")
     run.add_argument("--overwrite", action="store_true", help="replace the corpus an earlier run left in --output")
     run.add_argument("--no-progress", action="store_true", help="no per-file progress lines")
+
+    lm = sub.add_parser(
+        "train-lm", help="train <lang>.sp.model + <lang>.arpa.bin (SentencePiece + KenLM 5-gram) from reference text",
+        description="Train CCNet-style language models: text normalized as the scorer does, a SentencePiece "
+                    "unigram model, `lmplz -o 5` over its pieces, `build_binary`. Several languages in one call.")
+    lm.add_argument("--lang", help="language code, or a comma-separated list (then one --text per language, in order)")
+    lm.add_argument("--text", action="append", help="reference text file, one paragraph per line (repeatable)")
+    lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
+                    "memory, seed (see configs/lm/); relative paths are relative to the config file")
+    lm.add_argument("--out", required=True, help="output directory for <lang>.sp.model, <lang>.sp.vocab, <lang>.arpa.bin")
+    lm.add_argument("--vocab-size", dest="vocab_size", type=int, default=LM_DEFAULTS["vocab_size"],
+                    help="SentencePiece vocabulary (CCNet: 65536); capped to what a small text allows, and said so")
+    lm.add_argument("--order", type=int, default=LM_DEFAULTS["order"], help="n-gram order (default 5)")
+    lm.add_argument("--memory", default=LM_DEFAULTS["memory"], help="lmplz sort memory, e.g. 20%% or 4G (default 20%%)")
+    lm.add_argument("--seed", type=int, default=LM_DEFAULTS["seed"], help="SentencePiece sampling seed")
+    lm.add_argument("--kenlm-bin", dest="kenlm_bin", help="directory with lmplz and build_binary (default: the "
+                    "ones workflows/setup.sh built)")
+    lm.add_argument("--overwrite", action="store_true", help="retrain languages whose models already exist")
+
+    cut = sub.add_parser(
+        "cutoffs", help="perplexity percentiles 0-100 per language (CCNet's cutoff.csv) from a scored corpus",
+        description="Compute CCNet-layout cutoff.csv (rows: percentile 0..100, columns: languages) from the "
+                    "perplexity column of a pipeline output scored with perplexity.models.")
+    cut.add_argument("--corpus", required=True, help="pipeline output directory (local, gs://, s3://)")
+    cut.add_argument("--out", required=True, help="cutoff.csv to write")
+    cut.add_argument("--sample", type=int, default=100_000, help="at most this many documents per language (default 100000)")
+    cut.add_argument("--seed", type=int, default=0, help="sampling seed")
     return parser
 
 
@@ -81,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         handler.addFilter(_quiet_beam_import_warning)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs}
     try:
-        return cmd_run(args, extra)
+        return commands[args.command](args, extra)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,9 +14,10 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from . import dedup, fs, sinks, stats
-from .config import CorpusConfig, DedupConfig, LidConfig, ReadConfig
+from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig, SamplingConfig
 from .documents import Document, Drop, Rejected
 from .lid import LanguageIdentifier
+from .perplexity import PerplexityScorer
 from .warc import RecordReader
 
 REJECTED = "rejected"
@@ -143,6 +144,9 @@ class StepFn(_Counted):
     def process(self, doc: Document) -> Iterator[Document]:
         assert self.fn is not None
         result = self.fn(doc)
+        events = getattr(self.fn, "events", None)
+        while events:
+            self.count(events.pop())
         if isinstance(result, Drop):
             self.count(result.reason)
             return
@@ -155,6 +159,15 @@ def language_identifier(cfg: LidConfig) -> Callable[[], LanguageIdentifier]:
         lid = LanguageIdentifier(cfg.model, cfg.threshold, cfg.thresholds, cfg.below_threshold)
         lid.model  # load once per worker, here rather than on the first document
         return lid
+    return build
+
+
+def perplexity_scorer(cfg: PerplexityConfig, languages: list[str],
+                      cutoffs: dict[str, list[float]] | None) -> Callable[[], PerplexityScorer]:
+    def build() -> PerplexityScorer:
+        assert cfg.models is not None
+        return PerplexityScorer(cfg.models, languages, cfg.mode, cutoffs, cfg.head, cfg.tail,
+                                cfg.drop_buckets, cfg.max_perplexity)
     return build
 
 
@@ -226,8 +239,11 @@ class WriteRejected(beam.PTransform):
         )
 
 
-def language_totals(doc: Document) -> tuple[str, tuple[int, int]]:
-    return doc["lang"], (1, len(doc["text"]))
+QUANTILES = 11  # perplexity deciles per language in stats.json
+
+
+def partition_totals(doc: Document) -> tuple[tuple[str, str], tuple[int, int]]:
+    return (doc["lang"], doc["bucket"]), (1, len(doc["text"]))
 
 
 def sum_pairs(values: Iterable[tuple[int, int]]) -> tuple[int, int]:
@@ -237,15 +253,43 @@ def sum_pairs(values: Iterable[tuple[int, int]]) -> tuple[int, int]:
     return documents, characters
 
 
-def write_sampling(totals: dict[str, tuple[int, int]], output: str, alpha: float, unit: str) -> None:
-    languages = {lang: {"documents": d, "characters": c} for lang, (d, c) in totals.items()}
-    report = stats.sampling_report(languages, alpha, unit)
-    report["corpus"] = {lang: languages[lang] for lang in sorted(languages)}
+def corpus_summary(totals: dict[tuple[str, str], tuple[int, int]],
+                   quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Per language: documents, characters, the same per bucket, and perplexity deciles."""
+    summary: dict[str, dict[str, Any]] = {}
+    for (lang, bucket), (documents, characters) in sorted(totals.items()):
+        entry = summary.setdefault(lang, {"documents": 0, "characters": 0, "buckets": {}})
+        entry["documents"] += documents
+        entry["characters"] += characters
+        entry["buckets"][bucket] = {"documents": documents, "characters": characters}
+    for lang, values in quantiles.items():
+        summary[lang]["perplexity_deciles"] = [round(v, 1) for v in values]
+    return summary
+
+
+def write_sampling(totals: dict[tuple[str, str], tuple[int, int]], quantiles: dict[str, list[float]],
+                   output: str, cfg: SamplingConfig) -> None:
+    """``sampling.json``: weights over the configured buckets, and the corpus summary stats.json reuses."""
+    summary = corpus_summary(totals, quantiles)
+    counted: dict[str, dict[str, int]] = {}
+    for (lang, bucket), (documents, characters) in totals.items():
+        if not cfg.buckets or bucket in cfg.buckets:
+            entry = counted.setdefault(lang, {"documents": 0, "characters": 0})
+            entry["documents"] += documents
+            entry["characters"] += characters
+    report = stats.sampling_report(counted, cfg.alpha, cfg.unit)
+    report["buckets"] = cfg.buckets or "all"
+    report["corpus"] = summary
     sinks.write_json(report, fs.join(output, "sampling.json"))
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str]) -> None:
-    """Add the whole corpus graph for ``files`` to pipeline ``p``."""
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], languages: list[str],
+                   cutoffs: dict[str, list[float]] | None) -> None:
+    """Add the whole corpus graph for ``files`` to pipeline ``p``.
+
+    ``languages`` are the ones with a perplexity model (checked by the driver), ``cutoffs`` the
+    parsed cutoff file (or None).
+    """
     read = (
         p
         | "Files" >> beam.Create(list(enumerate(files)))
@@ -257,17 +301,24 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str]) -> Non
         deduped = docs | "ExactDedup" >> ExactDedup(cfg.dedup)
         docs = deduped.docs
         rejected.append(deduped[REJECTED])
-    docs = (
-        docs
-        | "LanguageID" >> beam.ParDo(StepFn("lid", language_identifier(cfg.lid)))
-        | "Bucket" >> beam.Map(without_perplexity)
-    )
+    docs = docs | "LanguageID" >> beam.ParDo(StepFn("lid", language_identifier(cfg.lid)))
+    if cfg.perplexity.models:
+        docs = docs | "Perplexity" >> beam.ParDo(StepFn("perplexity", perplexity_scorer(cfg.perplexity, languages, cutoffs)))
+    else:
+        docs = docs | "Bucket" >> beam.Map(without_perplexity)
     _ = docs | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
     _ = tuple(rejected) | "AllRejected" >> beam.Flatten() | "WriteRejected" >> WriteRejected(cfg.output)
+    quantiles = (
+        docs
+        | "ScoredOnly" >> beam.Filter(lambda d: d["perplexity"] is not None)
+        | "LangPerplexity" >> beam.Map(lambda d: (d["lang"], d["perplexity"]))
+        | "Deciles" >> beam.transforms.stats.ApproximateQuantiles.PerKey(QUANTILES)
+        | "DecilesAsDict" >> beam.combiners.ToDict()
+    )
     _ = (
         docs
-        | "LanguageTotals" >> beam.Map(language_totals)
-        | "SumLanguages" >> beam.CombinePerKey(sum_pairs)
-        | "AsDict" >> beam.combiners.ToDict()
-        | "WriteSampling" >> beam.Map(write_sampling, cfg.output, cfg.sampling.alpha, cfg.sampling.unit)
+        | "PartitionTotals" >> beam.Map(partition_totals)
+        | "SumPartitions" >> beam.CombinePerKey(sum_pairs)
+        | "TotalsAsDict" >> beam.combiners.ToDict()
+        | "WriteSampling" >> beam.Map(write_sampling, beam.pvalue.AsSingleton(quantiles), cfg.output, cfg.sampling)
     )

@@ -47,6 +47,26 @@ class LidConfig:
 
 
 @dataclasses.dataclass
+class PerplexityConfig:
+    models: str | None = None
+    """Directory of <lang>.sp.model + <lang>.arpa.bin (CCNet names; train-lm writes them). null: no scoring."""
+    languages: list[str] = dataclasses.field(default_factory=list)
+    """Score only these languages (default: every language with both model files)."""
+    mode: str = "document"
+    """document (CCNet: the whole document as one normalized sequence) or per_line (each paragraph scored, scores summed)."""
+    cutoffs: str | None = None
+    """CCNet-layout cutoff.csv (python -m pipeline cutoffs writes one). null: perplexity only, bucket 'all'."""
+    head: int = 30
+    """Percentile below which a document is head."""
+    tail: int = 60
+    """Percentile from which a document is tail (middle in between)."""
+    drop_buckets: list[str] = dataclasses.field(default_factory=list)
+    """Buckets to drop, e.g. [tail] (counted)."""
+    max_perplexity: float | None = None
+    """Drop documents above this perplexity (counted)."""
+
+
+@dataclasses.dataclass
 class WriteConfig:
     format: str = "arrow"
     """arrow (Arrow IPC file, zstd) or parquet (zstd)."""
@@ -60,6 +80,8 @@ class SamplingConfig:
     """Sampling exponent: q_i ∝ p_i^alpha (XLM-R: 0.3)."""
     unit: str = "characters"
     """characters or documents: what n_i counts."""
+    buckets: list[str] = dataclasses.field(default_factory=list)
+    """Count n_i over these buckets only, e.g. [head, middle] (default: all)."""
 
 
 @dataclasses.dataclass
@@ -75,6 +97,7 @@ class CorpusConfig:
     read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
     dedup: DedupConfig = dataclasses.field(default_factory=DedupConfig)
     lid: LidConfig = dataclasses.field(default_factory=LidConfig)
+    perplexity: PerplexityConfig = dataclasses.field(default_factory=PerplexityConfig)
     write: WriteConfig = dataclasses.field(default_factory=WriteConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     beam_options: list[str] = dataclasses.field(default_factory=list)
@@ -87,12 +110,15 @@ CHOICES = {
     "lid.below_threshold": ("drop", "unknown"),
     "write.format": ("arrow", "parquet"),
     "sampling.unit": ("characters", "documents"),
+    "perplexity.mode": ("document", "per_line"),
 }
 RANGES = {
     "dedup.min_length": (0, None),
     "lid.threshold": (0.0, 1.0),
     "write.shard_size_mb": (1e-6, None),
     "sampling.alpha": (1e-6, 1.0),
+    "perplexity.head": (0, 100),
+    "perplexity.tail": (0, 100),
 }
 
 
@@ -151,6 +177,12 @@ def _validate(cfg: CorpusConfig, source: str) -> None:
         value = _get(cfg, key)
         if value < low or (high is not None and value > high):
             raise UserError(f"{source}: {key}={value} is out of range [{low}, {high if high is not None else '∞'}]")
+    if cfg.perplexity.head > cfg.perplexity.tail:
+        raise UserError(f"{source}: perplexity.head ({cfg.perplexity.head}) must not exceed perplexity.tail")
+    for key, values in (("perplexity.drop_buckets", cfg.perplexity.drop_buckets), ("sampling.buckets", cfg.sampling.buckets)):
+        for value in values:
+            if value not in ("head", "middle", "tail", "all"):
+                raise UserError(f"{source}: {key} holds {value!r}; buckets are head, middle, tail, all")
     for lang, value in cfg.lid.thresholds.items():
         if not 0.0 <= value <= 1.0:
             raise UserError(f"{source}: lid.thresholds.{lang}={value} is out of range [0, 1]")

@@ -36,6 +36,14 @@ def match_inputs(patterns: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
+def match_optional(pattern: str) -> list[str]:
+    """Sorted paths matching ``pattern``; none is fine."""
+    try:
+        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    except Exception:  # BeamIOError: some filesystems raise when nothing matches
+        return []
+
+
 def open_read(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -13,6 +14,9 @@ from .beam_pipeline import ARTIFACTS, REJECTED, build_pipeline
 from .config import CorpusConfig
 from .errors import UserError
 from .lid import check_model
+from .perplexity import check_models, read_cutoffs
+
+LOG = logging.getLogger(__name__)
 
 
 def _all_option_classes(cls: type = PipelineOptions) -> list[type]:
@@ -41,13 +45,9 @@ def pipeline_options(cfg: CorpusConfig) -> PipelineOptions:
 
 def previous_outputs(output: str) -> list[str]:
     """Files an earlier run wrote to ``output`` (shards, rejected records, stats)."""
-    patterns = [fs.join(output, "lang=*", "bucket=*", "part-*"), fs.join(output, REJECTED, "part-*")]
     found = [fs.join(output, name) for name in ARTIFACTS if fs.exists(fs.join(output, name))]
-    for pattern in patterns:
-        try:
-            found.extend(m.path for m in beam.io.filesystems.FileSystems.match([pattern])[0].metadata_list)
-        except Exception:  # BeamIOError when nothing matches on some filesystems
-            continue
+    found += fs.match_optional(fs.join(output, "lang=*", "bucket=*", "part-*"))
+    found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
     return found
 
 
@@ -64,6 +64,13 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     files = fs.match_inputs(cfg.input)
     options = pipeline_options(cfg)
     check_model(cfg.lid.model)
+    languages = check_models(cfg.perplexity.models, cfg.perplexity.languages) if cfg.perplexity.models else []
+    cutoffs = read_cutoffs(cfg.perplexity.cutoffs) if cfg.perplexity.cutoffs else None
+    if cutoffs is not None:
+        uncovered = sorted(set(languages) - set(cutoffs))
+        if uncovered:
+            LOG.warning("%s has no cutoffs for %s: their documents get bucket 'all'", cfg.perplexity.cutoffs,
+                        ", ".join(uncovered))
     stale = previous_outputs(cfg.output)
     if stale:
         if not overwrite:
@@ -71,7 +78,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         fs.delete(stale)
     start = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, cfg, files)
+    build_pipeline(pipeline, cfg, files, languages, cutoffs)
     result = pipeline.run()
     result.wait_until_finish()
     elapsed = time.perf_counter() - start
@@ -81,8 +88,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         "input_files": len(files),
         "counters": collect_counters(result),
         "languages": sampling["corpus"],
-        "config": {"dedup": vars(cfg.dedup), "lid": vars(cfg.lid), "write": vars(cfg.write),
-                   "sampling": vars(cfg.sampling), "read": vars(cfg.read)},
+        "config": {name: vars(getattr(cfg, name)) for name in ("read", "dedup", "lid", "perplexity", "write", "sampling")},
     }
     sinks.write_json(report, fs.join(cfg.output, "stats.json"))
     report["elapsed_s"] = elapsed

@@ -64,3 +64,27 @@ def gz(record: bytes) -> bytes:
 
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+SAMPLE_LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
+HELD_OUT = 0.2
+
+
+def split_reference(lang: str) -> tuple[list[str], list[str]]:
+    """The sample's reference text for ``lang``: (training lines, held-out lines, the last 20 %)."""
+    lines = [line for line in (SAMPLE / "ref" / f"{lang}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    cut = int(len(lines) * (1 - HELD_OUT))
+    return lines[:cut], lines[cut:]
+
+
+@pytest.fixture(scope="session")
+def sample_lms(tmp_path_factory) -> Path:
+    """SentencePiece + KenLM models for every sample language, trained on 80 % of its reference text."""
+    from pipeline.lm import train_lm
+
+    out = tmp_path_factory.mktemp("lm")
+    texts = tmp_path_factory.mktemp("lm-text")
+    for lang in SAMPLE_LANGS:
+        train, _ = split_reference(lang)
+        (texts / f"{lang}.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+        train_lm(lang, [str(texts / f"{lang}.txt")], out, vocab_size=8000)
+    return out

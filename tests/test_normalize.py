@@ -60,3 +60,14 @@ def test_paragraph_hash_is_ccnet_str_hash():
     assert paragraph_hash(line) == int(expected)
     assert paragraph_hash("Hello 1999 world!") == paragraph_hash(line)
     assert paragraph_hash("Hello world") != paragraph_hash("Hello word")
+
+
+def test_every_code_point_matches_ccnet(ccnet_normalizer):
+    """Each code point, in context (a letter before, an accented letter and a digit after)."""
+    mismatches = []
+    for start in range(0, 0x110000, 256):
+        chunk = "".join(f"a{chr(c)}É1 " for c in range(start, start + 256))
+        if normalize(chunk) != ccnet_normalizer.normalize(chunk) or \
+                normalize_for_dedup(chunk) != ccnet_normalizer.normalize_for_dedup(chunk):
+            mismatches.append(hex(start))
+    assert not mismatches

@@ -1,0 +1,217 @@
+"""CCNet perplexity scoring and head/middle/tail buckets.
+
+A document's perplexity is computed as CCNet's pipeline does: the whole text goes through
+:func:`pipeline.normalize.normalize` (which deletes newlines without a space, so the document
+is one sequence), SentencePiece cuts it into pieces, KenLM scores the pieces joined by spaces
+(with <s> and </s>) as one log10 probability, and pp = 10^(-score / (pieces + 1)), rounded to
+0.1. ``per_line`` mode instead normalizes and scores every paragraph separately and divides the
+summed log10 scores by the summed (pieces + 1): CCNet's DocLM over real lines.
+
+Buckets follow CCNet's ``cutoff.csv``: head if pp < the language's p<head> percentile (30),
+middle if pp < p<tail> (60), else tail. A language without an LM gets ``all``; so does a
+language with an LM but no column in the cutoff file (counted as ``no_cutoff``). A model that
+fails to load is counted (``model_load_failed``) and its language treated as having no LM.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import fs
+from .documents import Document, Drop, StepResult
+from .errors import UserError
+from .normalize import normalize
+
+MODES = ("document", "per_line")
+BUCKETS = ("head", "middle", "tail")
+KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
+LOG = logging.getLogger(__name__)
+
+
+def perplexity(log10_score: float, length: int) -> float:
+    """CCNet's pp(): 10^(-score / length), rounded to 0.1."""
+    return round(10.0 ** (-log10_score / length), 1)
+
+
+def score_text(text: str, sp: Any, lm: Any) -> tuple[float, int]:
+    """(KenLM log10 score, number of pieces + 1) of one normalized sequence."""
+    tokenized = " ".join(sp.encode(normalize(text), out_type=str))
+    return lm.score(tokenized), len(tokenized.split()) + 1
+
+
+def document_perplexity(text: str, sp: Any, lm: Any, mode: str = "document") -> float | None:
+    """The document's perplexity, or None when nothing is left to score after normalization."""
+    lines = [text] if mode == "document" else text.split("\n")
+    total, length = 0.0, 0
+    for line in lines:
+        if not normalize(line):
+            continue
+        score, n = score_text(line, sp, lm)
+        total, length = total + score, length + n
+    return perplexity(total, length) if length else None
+
+
+def model_paths(model_dir: str, lang: str) -> tuple[str, str]:
+    return fs.join(model_dir, f"{lang}.sp.model"), fs.join(model_dir, f"{lang}.arpa.bin")
+
+
+def available_languages(model_dir: str) -> list[str]:
+    """Languages with both ``<lang>.sp.model`` and ``<lang>.arpa.bin`` in ``model_dir``."""
+    if not fs.exists(model_dir):
+        raise UserError(f"perplexity.models {model_dir}: no such directory")
+    lms = {Path(p).name.removesuffix(".arpa.bin") for p in fs.match_optional(fs.join(model_dir, "*.arpa.bin"))}
+    sps = {Path(p).name.removesuffix(".sp.model") for p in fs.match_optional(fs.join(model_dir, "*.sp.model"))}
+    for lang in sorted(lms ^ sps):
+        have, missing = (".arpa.bin", ".sp.model") if lang in lms else (".sp.model", ".arpa.bin")
+        LOG.warning("%s: %s%s without %s%s: no perplexity for %s", model_dir, lang, have, lang, missing, lang)
+    return sorted(lms & sps)
+
+
+def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
+    """The languages to score, each with a readable SentencePiece model and a KenLM binary header."""
+    import sentencepiece as spm
+
+    found = available_languages(model_dir)
+    if languages:
+        absent = sorted(set(languages) - set(found))
+        if absent:
+            raise UserError(f"perplexity.languages: no {absent[0]}.sp.model + {absent[0]}.arpa.bin in {model_dir}")
+        found = sorted(languages)
+    for lang in found:
+        sp_path, lm_path = model_paths(model_dir, lang)
+        with fs.open_read(lm_path) as f:
+            if not f.read(len(KENLM_MAGIC)) == KENLM_MAGIC:
+                raise UserError(f"{lm_path}: not a KenLM binary model (build it with build_binary)")
+        try:
+            with fs.open_read(sp_path) as f:
+                spm.SentencePieceProcessor(model_proto=f.read())
+        except RuntimeError as exc:
+            raise UserError(f"{sp_path}: not a SentencePiece model ({str(exc).splitlines()[0]})") from None
+    return found
+
+
+def read_cutoffs(path: str) -> dict[str, list[float]]:
+    """CCNet's ``cutoff.csv``: a header of languages, then one row per percentile 0..100."""
+    try:
+        with fs.open_read(path) as f:
+            rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
+    except OSError:
+        raise UserError(f"perplexity.cutoffs {path}: no such file") from None
+    if not rows or len(rows) != 102:
+        raise UserError(f"{path}: expected a header and 101 percentile rows (0..100), got {max(len(rows) - 1, 0)} rows")
+    langs = rows[0][1:]
+    cutoffs: dict[str, list[float]] = {lang: [] for lang in langs}
+    for number, row in enumerate(rows[1:], 2):
+        if len(row) != len(langs) + 1 or row[0] != str(number - 2):
+            raise UserError(f"{path}: line {number}: expected percentile {number - 2} and {len(langs)} values")
+        for lang, value in zip(langs, row[1:]):
+            try:
+                cutoffs[lang].append(float(value))
+            except ValueError:
+                raise UserError(f"{path}: line {number}: {value!r} for {lang} is not a number") from None
+    return cutoffs
+
+
+def write_cutoffs(cutoffs: Mapping[str, list[float]], path: str) -> None:
+    langs = sorted(cutoffs)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["", *langs])
+    for pct in range(101):
+        writer.writerow([pct, *(f"{cutoffs[lang][pct]:g}" for lang in langs)])
+    fs.write_atomic(path, lambda stream: stream.write(out.getvalue().encode("utf-8")))
+
+
+def bucket_of(pp: float | None, cutoffs: list[float] | None, head: int, tail: int) -> str:
+    if pp is None or cutoffs is None:
+        return "all"
+    if pp < cutoffs[head]:
+        return "head"
+    if pp < cutoffs[tail]:
+        return "middle"
+    return "tail"
+
+
+class PerplexityScorer:
+    """``__call__(doc)`` sets ``perplexity`` and ``bucket``; models load lazily per language."""
+
+    def __init__(self, model_dir: str, languages: list[str], mode: str, cutoffs: dict[str, list[float]] | None,
+                 head: int, tail: int, drop_buckets: list[str], max_perplexity: float | None) -> None:
+        self.model_dir, self.languages, self.mode = model_dir, set(languages), mode
+        self.cutoffs, self.head, self.tail = cutoffs, head, tail
+        self.drop_buckets, self.max_perplexity = set(drop_buckets), max_perplexity
+        self._models: dict[str, tuple[Any, Any] | None] = {}
+        self.events: list[str] = []
+        """Counter names for things that happened outside a drop (read and cleared by the DoFn)."""
+
+    def models(self, lang: str) -> tuple[Any, Any] | None:
+        if lang not in self._models:
+            self._models[lang] = self._load(lang) if lang in self.languages else None
+        return self._models[lang]
+
+    def _load(self, lang: str) -> tuple[Any, Any] | None:
+        import kenlm
+        import sentencepiece as spm
+
+        sp_path, lm_path = model_paths(self.model_dir, lang)
+        try:
+            with fs.open_read(sp_path) as f:
+                sp = spm.SentencePieceProcessor(model_proto=f.read())
+            lm = kenlm.Model(str(fs.local_copy(lm_path, Path("/tmp/polyglot-models"))))
+        except (OSError, RuntimeError, UserError) as exc:
+            LOG.error("%s: cannot load the %s model (%s); its documents get bucket 'all'", lm_path, lang, exc)
+            self.events.append("model_load_failed")
+            return None
+        return sp, lm
+
+    def __call__(self, doc: Document) -> StepResult:
+        models = self.models(doc["lang"])
+        pp = document_perplexity(doc["text"], *models, self.mode) if models else None
+        cutoffs = None
+        if pp is not None and self.cutoffs is not None:
+            cutoffs = self.cutoffs.get(doc["lang"])
+            if cutoffs is None:
+                self.events.append("no_cutoff")
+        bucket = bucket_of(pp, cutoffs, self.head, self.tail)
+        if self.max_perplexity is not None and pp is not None and pp > self.max_perplexity:
+            return Drop("above_max_perplexity")
+        if bucket in self.drop_buckets:
+            return Drop(f"dropped_{bucket}")
+        return {**doc, "perplexity": pp, "bucket": bucket}
+
+
+def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Perplexity percentiles 0..100 per language from the scored documents of a pipeline output.
+
+    At most ``sample_size`` documents per language are used, drawn with a seeded RNG from the
+    documents sorted by id (so the result does not depend on shard layout). Returns the cutoffs
+    and the number of documents each language's percentiles come from.
+    """
+    import random
+
+    import numpy as np
+
+    from .sinks import read_shard
+
+    shards = fs.match_optional(fs.join(corpus, "lang=*", "bucket=*", "part-*"))
+    if not shards:
+        raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*) in it")
+    values: dict[str, list[tuple[str, float]]] = {}
+    for path in shards:
+        table = read_shard(path).select(["id", "lang", "perplexity"])
+        for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in ("id", "lang", "perplexity"))):
+            if pp is not None:
+                values.setdefault(lang, []).append((doc_id, pp))
+    if not values:
+        raise UserError(f"--corpus {corpus}: no document has a perplexity (run the pipeline with perplexity.models)")
+    cutoffs, used = {}, {}
+    for lang, pairs in sorted(values.items()):
+        pairs.sort()
+        if len(pairs) > sample_size:
+            pairs = random.Random(f"{seed}-{lang}").sample(pairs, sample_size)
+        pcts = np.percentile(np.array([pp for _, pp in pairs]), np.arange(101))
+        cutoffs[lang], used[lang] = [round(float(v), 1) for v in pcts], len(pairs)
+    return cutoffs, used

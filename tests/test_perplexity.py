@@ -1,0 +1,147 @@
+"""Perplexity as CCNet computes it, buckets, cutoffs, and bad models, on LMs trained from the sample."""
+from __future__ import annotations
+
+import random
+import shutil
+
+import kenlm
+import pytest
+import sentencepiece as spm
+from conftest import CCNET, SAMPLE_LANGS, split_reference
+
+from pipeline.errors import UserError
+from pipeline.normalize import normalize
+from pipeline.perplexity import (PerplexityScorer, bucket_of, check_models, document_perplexity, read_cutoffs,
+                                 write_cutoffs)
+
+
+def load(lms, lang):
+    return (spm.SentencePieceProcessor(model_file=str(lms / f"{lang}.sp.model")),
+            kenlm.Model(str(lms / f"{lang}.arpa.bin")))
+
+
+def held_out_docs(lang: str, size: int = 8) -> list[str]:
+    _, held = split_reference(lang)
+    return ["\n".join(held[i:i + size]) for i in range(0, len(held) - size + 1, size)]
+
+
+def reference_perplexity(text: str, sp, lm, ccnet_normalize) -> float:
+    """Straight from the description: CCNet's normalize on the whole document (newlines deleted),
+    SentencePiece pieces joined by spaces, one KenLM log10 score with <s> </s>,
+    pp = 10^(-score / (pieces + 1)), rounded to 0.1."""
+    pieces = sp.encode_as_pieces(ccnet_normalize(text))
+    score = lm.score(" ".join(pieces), bos=True, eos=True)
+    return round(10 ** (-score / (len(pieces) + 1)), 1)
+
+
+@pytest.mark.parametrize("lang", ["de", "zh", "ar", "hi"])
+def test_parity_with_an_independent_ccnet_computation(sample_lms, ccnet_normalizer, lang, sample):
+    sp, lm = load(sample_lms, lang)
+    docs = held_out_docs(lang)[:40]
+    assert len(docs) >= 10 and all("\n" in d for d in docs)
+    for doc in docs:
+        assert document_perplexity(doc, sp, lm) == reference_perplexity(doc, sp, lm, ccnet_normalizer.normalize)
+
+
+def test_per_line_mode_sums_over_paragraphs(sample_lms):
+    sp, lm = load(sample_lms, "fr")
+    doc = held_out_docs("fr")[0]
+    total = length = 0
+    for line in doc.split("\n"):
+        pieces = sp.encode(normalize(line), out_type=str)
+        total += lm.score(" ".join(pieces))
+        length += len(pieces) + 1
+    assert document_perplexity(doc, sp, lm, "per_line") == round(10 ** (-total / length), 1)
+    assert document_perplexity(doc, sp, lm, "per_line") != document_perplexity(doc, sp, lm, "document")
+
+
+def sanity_rates(lms, lang: str) -> tuple[float, float]:
+    sp, lm = load(lms, lang)
+    rng = random.Random(0)
+    docs = held_out_docs(lang)
+    other = held_out_docs(SAMPLE_LANGS[(SAMPLE_LANGS.index(lang) + 1) % len(SAMPLE_LANGS)])
+    shuffled_wins = other_wins = 0
+    for i, doc in enumerate(docs):
+        words = doc.split(" ")
+        rng.shuffle(words)
+        pp = document_perplexity(doc, sp, lm)
+        shuffled_wins += pp < document_perplexity(" ".join(words), sp, lm)
+        other_wins += pp < document_perplexity(other[i % len(other)], sp, lm)
+    return shuffled_wins / len(docs), other_wins / len(docs)
+
+
+@pytest.mark.parametrize("lang", [lang for lang in SAMPLE_LANGS if lang not in ("zh",)])
+def test_held_out_text_beats_shuffled_and_foreign_text(sample_lms, lang):
+    vs_shuffled, vs_other = sanity_rates(sample_lms, lang)
+    assert vs_shuffled >= 0.95 and vs_other >= 0.95, (vs_shuffled, vs_other)
+
+
+def test_chinese_beats_foreign_text_and_mostly_shuffled(sample_lms):
+    # zh has no spaces: shuffling "words" moves whole clauses, a much milder change.
+    vs_shuffled, vs_other = sanity_rates(sample_lms, "zh")
+    assert vs_other >= 0.95 and vs_shuffled >= 0.5, (vs_shuffled, vs_other)
+
+
+def test_buckets():
+    cutoffs = [float(i * 10) for i in range(101)]
+    assert bucket_of(100.0, cutoffs, 30, 60) == "head"
+    assert bucket_of(300.0, cutoffs, 30, 60) == "middle"
+    assert bucket_of(599.9, cutoffs, 30, 60) == "middle"
+    assert bucket_of(600.0, cutoffs, 30, 60) == "tail"
+    assert bucket_of(None, cutoffs, 30, 60) == "all"
+    assert bucket_of(5.0, None, 30, 60) == "all"
+
+
+def test_ccnets_published_cutoff_file_is_read():
+    cutoffs = read_cutoffs(str(CCNET / "data" / "cutoff.csv"))
+    assert {"de", "en", "fr", "zh", "ar", "hi"} <= set(cutoffs)
+    assert all(len(v) == 101 and v == sorted(v) for v in cutoffs.values())
+
+
+def test_cutoff_round_trip_and_bad_files(tmp_path):
+    cutoffs = {"de": [float(i) for i in range(101)], "fr": [i / 2 for i in range(101)]}
+    write_cutoffs(cutoffs, str(tmp_path / "cutoff.csv"))
+    assert read_cutoffs(str(tmp_path / "cutoff.csv")) == cutoffs
+    with pytest.raises(UserError, match="no such file"):
+        read_cutoffs(str(tmp_path / "missing.csv"))
+    lines = (tmp_path / "cutoff.csv").read_text().splitlines()
+    (tmp_path / "short.csv").write_text("\n".join(lines[:50]))
+    with pytest.raises(UserError, match="101 percentile rows"):
+        read_cutoffs(str(tmp_path / "short.csv"))
+    lines[10] = lines[10].replace(",", ",x", 1)
+    (tmp_path / "bad.csv").write_text("\n".join(lines))
+    with pytest.raises(UserError, match="line 11"):
+        read_cutoffs(str(tmp_path / "bad.csv"))
+
+
+def test_scorer_fallbacks(sample_lms, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("de.sp.model", "de.arpa.bin", "fr.sp.model"):
+        shutil.copy(sample_lms / name, models / name)
+    shutil.copy(sample_lms / "en.sp.model", models / "en.sp.model")
+    (models / "en.arpa.bin").write_bytes((sample_lms / "en.arpa.bin").read_bytes()[:4096])  # truncated
+    languages = check_models(str(models), None)
+    assert languages == ["de", "en"]  # fr has no .arpa.bin
+    scorer = PerplexityScorer(str(models), languages, "document", {"fr": [1.0] * 101}, 30, 60, [], None)
+    de = scorer({"lang": "de", "text": held_out_docs("de")[0]})
+    assert de["perplexity"] > 0 and de["bucket"] == "all" and scorer.events == ["no_cutoff"]
+    en = scorer({"lang": "en", "text": held_out_docs("en")[0]})
+    assert (en["perplexity"], en["bucket"]) == (None, "all") and "model_load_failed" in scorer.events
+    xx = scorer({"lang": "sw", "text": "habari ya asubuhi"})
+    assert (xx["perplexity"], xx["bucket"]) == (None, "all")
+
+
+def test_bad_model_files_are_clear_errors(sample_lms, tmp_path):
+    with pytest.raises(UserError, match="no such directory"):
+        check_models(str(tmp_path / "nope"), None)
+    shutil.copy(sample_lms / "de.sp.model", tmp_path / "de.sp.model")
+    (tmp_path / "de.arpa.bin").write_bytes(b"garbage" * 100)
+    with pytest.raises(UserError, match="not a KenLM binary model"):
+        check_models(str(tmp_path), None)
+    with pytest.raises(UserError, match="no xx.sp.model"):
+        check_models(str(sample_lms), ["fr", "xx"])
+    (tmp_path / "de.arpa.bin").write_bytes((sample_lms / "de.arpa.bin").read_bytes())
+    (tmp_path / "de.sp.model").write_bytes(b"not a protobuf")
+    with pytest.raises(UserError, match="not a SentencePiece model"):
+        check_models(str(tmp_path), None)
