@@ -38,95 +38,105 @@ class _Counted(beam.DoFn):
 
     def __init__(self, step: str) -> None:
         self.step = step
-        self._counters: dict[str, Any] = {}
+        self._counters: dict[tuple[str, str], Any] = {}
 
-    def count(self, name: str, n: int = 1) -> None:
-        if name not in self._counters:
-            self._counters[name] = Metrics.counter(self.step, name)
-        self._counters[name].inc(n)
+    def count(self, name: str, n: int = 1, step: str | None = None) -> None:
+        key = (step or self.step, name)
+        if key not in self._counters:
+            self._counters[key] = Metrics.counter(*key)
+        self._counters[key].inc(n)
+
+
+def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
+    """Every record of one file as a document, a Drop or a Rejected (an unreadable file: one Rejected)."""
+    reader = RecordReader(path, detect_format(path, cfg.format), cfg.verify_digests)
+    try:
+        with fs.open_read(path) as stream:
+            yield from reader.read(stream)
+    except OSError as exc:  # the file vanished or cannot be read: the rest of the job goes on
+        yield Rejected(path, 0, "unreadable_file", str(exc))
+
+
+class HashFile(beam.DoFn):
+    """Dedup pass 1: (file index, path) -> (partition, (file index, paragraph occurrences))."""
+
+    def __init__(self, cfg: ReadConfig, partitions: int) -> None:
+        self.cfg, self.partitions = cfg, partitions
+
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[int, tuple[int, dedup.Occurrences]]]:
+        index, path = item
+        docs = (r for r in read_file(path, self.cfg) if isinstance(r, dict))
+        for part, table in dedup.Occurrences.of(docs).partitions(self.partitions):
+            yield part, (index, table)
 
 
 class ReadFiles(_Counted):
-    """(index, path) -> documents; rejected records to the ``rejected`` output."""
+    """Dedup pass 2 (or the only read): documents without their duplicate paragraphs.
 
-    def __init__(self, cfg: ReadConfig, n_files: int, progress: bool) -> None:
+    Takes ``(file index, {"path": [path], "removed": [(ordinals, lines), ...]})``; rejected
+    records go to the ``rejected`` output.
+    """
+
+    def __init__(self, cfg: ReadConfig, dedup_cfg: DedupConfig, n_files: int, progress: bool) -> None:
         super().__init__("read")
-        self.cfg, self.n_files, self.progress = cfg, n_files, progress
+        self.cfg, self.dedup, self.n_files, self.progress = cfg, dedup_cfg, n_files, progress
 
-    def process(self, item: tuple[int, str]) -> Iterator[Any]:
-        index, path = item
+    def process(self, item: tuple[int, dict[str, Iterable[Any]]]) -> Iterator[Any]:
+        index, grouped = item
+        [path] = grouped["path"]
+        removed = dedup.removal_index(grouped["removed"])
         tally: Counter[str] = Counter()
-        reader = RecordReader(path, detect_format(path, self.cfg.format), self.cfg.verify_digests)
-        try:
-            with fs.open_read(path) as stream:
-                for result in reader.read(stream):
-                    if isinstance(result, Rejected):
-                        tally["rejected"] += 1
-                        self.count(f"rejected_{result.reason}")
-                        yield beam.pvalue.TaggedOutput(REJECTED, result)
-                    elif isinstance(result, Drop):
-                        tally["skipped"] += 1
-                        self.count(result.reason)
-                    else:
-                        tally["documents"] += 1
-                        self.count("documents")
-                        yield result
-        except OSError as exc:  # the file vanished or cannot be read: the rest of the job goes on
-            self.count("rejected_unreadable_file")
-            yield beam.pvalue.TaggedOutput(REJECTED, Rejected(path, 0, "unreadable_file", str(exc)))
+        ordinal = 0
+        for result in read_file(path, self.cfg):
+            if isinstance(result, Rejected):
+                tally["rejected"] += 1
+                self.count(f"rejected_{result.reason}")
+                yield beam.pvalue.TaggedOutput(REJECTED, result)
+                continue
+            if isinstance(result, Drop):
+                tally["skipped"] += 1
+                self.count(result.reason)
+                continue
+            tally["documents"] += 1
+            self.count("documents")
+            lines = removed.get(ordinal, ())
+            ordinal += 1
+            if self.dedup.enabled:
+                self.count("documents_in", step="dedup")
+                self.count("paragraphs_removed", len(lines), step="dedup")
+                result = dedup.remove_paragraphs(result, lines, self.dedup.min_length)
+                if isinstance(result, Drop):
+                    self.count(result.reason, step="dedup")
+                    continue
+                self.count("documents_out", step="dedup")
+            yield result
         self.count("files")
         if self.progress:
             print(f"[read {index + 1}/{self.n_files}] {path}: {tally['documents']} documents, "
                   f"{tally['rejected']} rejected, {tally['skipped']} skipped", file=sys.stderr, flush=True)
 
 
-class ApplyDedup(_Counted):
-    """(id, {doc: [...], removed: [...]}) -> the document without its duplicate paragraphs."""
+class ReadAndDedup(beam.PTransform):
+    """Files -> documents, with global exact paragraph dedup when enabled (two passes, CCNet style)."""
 
-    def __init__(self, min_length: int) -> None:
-        super().__init__("dedup")
-        self.min_length = min_length
-
-    def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
-        _, grouped = item
-        docs = sorted(grouped["doc"], key=lambda d: (d["source"], d["text"]))
-        removed = set(grouped["removed"])
-        for extra in docs[1:]:
-            self.count("rejected_duplicate_record_id")
-            yield beam.pvalue.TaggedOutput(REJECTED, Rejected(
-                extra["source"], -1, "duplicate_record_id", f"record id also read from {docs[0]['source']}", extra["id"]))
-        if not docs:
-            return
-        self.count("documents_in")
-        self.count("paragraphs_removed", len(removed))
-        result = dedup.remove_paragraphs(docs[0], removed, self.min_length)
-        if isinstance(result, Drop):
-            self.count(result.reason)
-            return
-        self.count("documents_out")
-        yield result
-
-
-class ExactDedup(beam.PTransform):
-    """Global paragraph dedup by keyed aggregation: group occurrences by hash, rejoin by id."""
-
-    def __init__(self, cfg: DedupConfig) -> None:
+    def __init__(self, read_cfg: ReadConfig, dedup_cfg: DedupConfig, n_files: int, progress: bool) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.read_cfg, self.dedup_cfg, self.n_files, self.progress = read_cfg, dedup_cfg, n_files, progress
 
-    def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        policy = self.cfg.policy
+    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        policy = self.dedup_cfg.policy
+        partitions = self.dedup_cfg.partitions or min(4096, max(8, self.n_files))
         removed = (
-            docs
-            | "Occurrences" >> beam.FlatMap(dedup.occurrences)
-            | "GroupByHash" >> beam.GroupByKey()
-            | "Duplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy))
-        )
-        keyed = docs | "KeyById" >> beam.Map(lambda d: (dedup.doc_key(d), d))
+            files
+            | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions))
+            | "GroupByPartition" >> beam.GroupByKey()
+            | "FindDuplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy).items())
+        ) if self.dedup_cfg.enabled else files | "NoRemovals" >> beam.FlatMap(lambda _: ())
         return (
-            {"doc": keyed, "removed": removed}
-            | "JoinById" >> beam.CoGroupByKey()
-            | "Apply" >> beam.ParDo(ApplyDedup(self.cfg.min_length)).with_outputs(REJECTED, main="docs")
+            {"path": files, "removed": removed}
+            | "JoinByFile" >> beam.CoGroupByKey()
+            | "Read" >> beam.ParDo(ReadFiles(self.read_cfg, self.dedup_cfg, self.n_files, self.progress))
+            .with_outputs(REJECTED, main="docs")
         )
 
 
@@ -290,24 +300,16 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     ``languages`` are the ones with a perplexity model (checked by the driver), ``cutoffs`` the
     parsed cutoff file (or None).
     """
-    read = (
-        p
-        | "Files" >> beam.Create(list(enumerate(files)))
-        | "Distribute" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadFiles(cfg.read, len(files), cfg.progress)).with_outputs(REJECTED, main="docs")
-    )
-    docs, rejected = read.docs, [read[REJECTED]]
-    if cfg.dedup.enabled:
-        deduped = docs | "ExactDedup" >> ExactDedup(cfg.dedup)
-        docs = deduped.docs
-        rejected.append(deduped[REJECTED])
+    indexed = p | "Files" >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
+    read = indexed | "ReadAndDedup" >> ReadAndDedup(cfg.read, cfg.dedup, len(files), cfg.progress)
+    docs, rejected = read.docs, read[REJECTED]
     docs = docs | "LanguageID" >> beam.ParDo(StepFn("lid", language_identifier(cfg.lid)))
     if cfg.perplexity.models:
         docs = docs | "Perplexity" >> beam.ParDo(StepFn("perplexity", perplexity_scorer(cfg.perplexity, languages, cutoffs)))
     else:
         docs = docs | "Bucket" >> beam.Map(without_perplexity)
     _ = docs | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
-    _ = tuple(rejected) | "AllRejected" >> beam.Flatten() | "WriteRejected" >> WriteRejected(cfg.output)
+    _ = rejected | "WriteRejected" >> WriteRejected(cfg.output)
     quantiles = (
         docs
         | "ScoredOnly" >> beam.Filter(lambda d: d["perplexity"] is not None)

@@ -32,6 +32,8 @@ class DedupConfig:
     """drop_all (CCNet: every copy of a repeated paragraph goes) or keep_first."""
     min_length: int = 300
     """Documents with fewer characters left after dedup are dropped."""
+    partitions: int = 0
+    """Hash partitions grouped separately (memory per group ~ 1/partitions of all paragraphs). 0: auto, min(4096, max(8, input files))."""
 
 
 @dataclasses.dataclass
@@ -114,6 +116,7 @@ CHOICES = {
 }
 RANGES = {
     "dedup.min_length": (0, None),
+    "dedup.partitions": (0, 1 << 20),
     "lid.threshold": (0.0, 1.0),
     "write.shard_size_mb": (1e-6, None),
     "sampling.alpha": (1e-6, 1.0),

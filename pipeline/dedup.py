@@ -1,46 +1,94 @@
-"""Exact paragraph dedup, CCNet style, as pure functions the Beam graph keys and groups.
+"""Exact paragraph dedup, CCNet style: a hash pass over the files, then a dedup pass.
 
-Each paragraph (line) of a document is hashed with :func:`normalize.paragraph_hash`. The Beam
-stage groups occurrences by hash across the whole run; a hash seen more than once is a
-duplicate. Policies:
+As in CCNet, every file is read twice. The hash pass turns each file into a table of paragraph
+occurrences ``(hash, document ordinal, line)``; the hash space is cut into partitions, and the
+Beam stage groups every file's slice of a partition under one key, so each partition's
+duplicates are found with a sort over that partition only (keyed aggregation: no global set,
+no per-paragraph Beam elements). The dedup pass reads each file again with the list of
+occurrences to remove. Policies:
 
 * ``drop_all`` (CCNet paper): every copy of a repeated paragraph is removed.
-* ``keep_first``: the occurrence with the smallest ``(document id, line number)`` stays.
+* ``keep_first``: the first occurrence in (input path order, position in file, line) stays.
 
 Documents left shorter than ``min_length`` characters are dropped.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
+
+import numpy as np
 
 from .documents import Document, Drop, StepResult
 from .normalize import paragraph_hash
 
 POLICIES = ("drop_all", "keep_first")
-Occurrence = tuple[str, int]  # (document id, line number)
 
 
-def doc_key(doc: Document) -> str:
-    """Documents are joined back by WARC-Record-ID (unique in a crawl; repeats are rejected)."""
-    return doc["id"]
+class Occurrences(NamedTuple):
+    """Paragraph occurrences of one file (or one partition of it), as parallel arrays."""
+
+    hashes: np.ndarray  # uint64
+    docs: np.ndarray    # uint32: ordinal of the document among the file's documents
+    lines: np.ndarray   # uint32: line number inside the document
+
+    @classmethod
+    def of(cls, docs: Iterable[Document]) -> "Occurrences":
+        hashes: list[int] = []
+        ordinals: list[int] = []
+        lines: list[int] = []
+        for ordinal, doc in enumerate(docs):
+            paragraphs = doc["text"].split("\n")
+            hashes.extend(paragraph_hash(p) for p in paragraphs)
+            ordinals.extend([ordinal] * len(paragraphs))
+            lines.extend(range(len(paragraphs)))
+        return cls(np.array(hashes, dtype=np.uint64), np.array(ordinals, dtype=np.uint32),
+                   np.array(lines, dtype=np.uint32))
+
+    def partitions(self, n: int) -> Iterator[tuple[int, "Occurrences"]]:
+        """Split by ``hash % n``; empty partitions are left out."""
+        part = (self.hashes % np.uint64(n)).astype(np.int64)
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange(n + 1))
+        for p in range(n):
+            idx = order[bounds[p]:bounds[p + 1]]
+            if len(idx):
+                yield p, Occurrences(self.hashes[idx], self.docs[idx], self.lines[idx])
 
 
-def occurrences(doc: Document) -> Iterator[tuple[int, Occurrence]]:
-    """``(hash, (document id, line number))`` for every paragraph of the document."""
-    key = doc_key(doc)
-    for i, line in enumerate(doc["text"].split("\n")):
-        yield paragraph_hash(line), (key, i)
+def duplicates(tables: Iterable[tuple[int, Occurrences]], policy: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The occurrences to remove, per file index: ``{file: (document ordinals, lines)}``.
+
+    ``tables`` holds ``(file index, occurrences)`` for one hash partition of every file.
+    """
+    tables = [(f, t) for f, t in tables if len(t.hashes)]
+    if not tables:
+        return {}
+    hashes = np.concatenate([t.hashes for _, t in tables])
+    files = np.concatenate([np.full(len(t.hashes), f, dtype=np.uint32) for f, t in tables])
+    docs = np.concatenate([t.docs for _, t in tables])
+    lines = np.concatenate([t.lines for _, t in tables])
+    order = np.lexsort((lines, docs, files, hashes))  # by hash, then position: the first is the keeper
+    sorted_hashes = hashes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_hashes[1:] != sorted_hashes[:-1]])
+    counts = np.diff(np.r_[starts, len(order)])
+    repeated = np.repeat(counts > 1, counts)
+    if policy == "keep_first":
+        repeated[starts] = False
+    removed = order[repeated]
+    result = {}
+    for f in np.unique(files[removed]):
+        sel = removed[files[removed] == f]
+        result[int(f)] = (docs[sel], lines[sel])
+    return result
 
 
-def duplicates(found: Iterable[Occurrence], policy: str) -> Iterator[Occurrence]:
-    """The occurrences of one paragraph hash that must be removed under ``policy``."""
-    found = list(found)
-    if len(found) < 2:
-        return
-    keeper = min(found) if policy == "keep_first" else None
-    for occ in found:
-        if occ != keeper:
-            yield occ
+def removal_index(removals: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[int, set[int]]:
+    """Merge per-partition removals of one file into ``{document ordinal: {lines}}``."""
+    index: dict[int, set[int]] = {}
+    for docs, lines in removals:
+        for d, line in zip(docs.tolist(), lines.tolist()):
+            index.setdefault(d, set()).add(line)
+    return index
 
 
 def remove_paragraphs(doc: Document, removed: Iterable[int], min_length: int) -> StepResult:

@@ -260,6 +260,8 @@ class RecordReader:
             "digest": digest,
             "source": self.source,
             "text": "\n".join(paragraphs),
+            "nlines": len(paragraphs),
+            "length": sum(map(len, paragraphs)) + len(paragraphs) - 1,
             "original_nlines": len(lines),
             "original_length": len(text),
         }

@@ -1,83 +1,103 @@
-"""Exact paragraph dedup: pure functions and the Beam transform, both policies, planted duplicates."""
+"""Exact paragraph dedup: the hash tables, both policies on planted duplicates, through Beam too."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from conftest import gz, warc_record
 
-from pipeline.beam_pipeline import ExactDedup
-from pipeline.config import DedupConfig
-from pipeline.dedup import duplicates, occurrences, remove_paragraphs
+from pipeline.beam_pipeline import ReadAndDedup
+from pipeline.config import DedupConfig, ReadConfig
+from pipeline.dedup import Occurrences, duplicates, remove_paragraphs, removal_index
 from pipeline.documents import Drop
+from pipeline.normalize import paragraph_hash
 
 BOILER = "Ce site utilise des cookies. En savoir plus."
 SHARED = "Pour ouvrir la boîte de dialogue, choisissez Format - Caractère."
 
-
-def doc(i: str, *lines: str) -> dict:
-    return {"id": i, "source": "s.wet.gz", "text": "\n".join(lines), "url": f"https://x.org/{i}"}
-
-
-DOCS = [
-    doc("a", "Titre A", BOILER, "Paragraphe propre à A, assez long pour rester.", SHARED),
-    doc("b", "Titre B", "ce site utilise des cookies. en savoir plus.", "Texte de C numéro 7."),  # case and digits differ
-    doc("c", "Titre C", BOILER.upper(), "Texte de C numéro 2.", SHARED, "Texte de C numéro 2."),  # digit + in-doc repeat
-    doc("d", "Titre D", "Rien de commun."),
+# Two files, as (record id, paragraphs). Copies differ in case and digits, which normalization removes.
+FILES = [
+    [("a", ["Titre A", BOILER, "Paragraphe propre à A, assez long pour rester.", SHARED]),
+     ("b", ["Titre B", "ce site utilise des cookies. en savoir plus.", "Texte de C numéro 7."])],
+    [("c", ["Titre C", BOILER.upper(), "Texte de C numéro 2.", SHARED, "Texte de C numéro 2."]),
+     ("d", ["Titre D", "Rien de commun."])],
 ]
+EXPECTED = {
+    "drop_all": {
+        "a": "Titre A\nParagraphe propre à A, assez long pour rester.",
+        "b": "Titre B",
+        "c": "Titre C",
+        "d": "Titre D\nRien de commun.",
+    },
+    "keep_first": {  # the first copy in (file order, position, line) stays
+        "a": f"Titre A\n{BOILER}\nParagraphe propre à A, assez long pour rester.\n{SHARED}",
+        "b": "Titre B\nTexte de C numéro 7.",
+        "c": "Titre C",
+        "d": "Titre D\nRien de commun.",
+    },
+}
 
 
-def run_dedup(policy: str, min_length: int = 0) -> None:
-    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
-        result = p | beam.Create(DOCS) | ExactDedup(DedupConfig(policy=policy, min_length=min_length))
-        texts = result.docs | beam.Map(lambda d: (d["id"], d["text"]))
-        assert_that(texts, equal_to(list(expected(policy, min_length).items())))
+def docs_of(file: list) -> list[dict]:
+    return [{"id": i, "text": "\n".join(lines)} for i, lines in file]
 
 
-def expected(policy: str, min_length: int) -> dict[str, str]:
-    if policy == "drop_all":
-        texts = {
-            "a": "Titre A\nParagraphe propre à A, assez long pour rester.",
-            "b": "Titre B",  # "numéro 7" and "numéro 2" normalize alike: digits -> 0
-            "c": "Titre C",
-            "d": "Titre D\nRien de commun.",
-        }
-    else:
-        texts = {
-            "a": f"Titre A\n{BOILER}\nParagraphe propre à A, assez long pour rester.\n{SHARED}",
-            "b": "Titre B\nTexte de C numéro 7.",
-            "c": "Titre C",
-            "d": "Titre D\nRien de commun.",
-        }
-    return {k: v for k, v in texts.items() if len(v) >= min_length}
+def write_wet(root: Path) -> list[str]:
+    paths = []
+    for n, file in enumerate(FILES):
+        path = root / f"f{n}.warc.wet.gz"
+        path.write_bytes(b"".join(gz(warc_record("\n".join(lines).encode(), record_id=i, uri=f"https://x.org/{i}"))
+                                  for i, lines in file))
+        paths.append(str(path))
+    return paths
 
 
 @pytest.mark.parametrize("policy", ["drop_all", "keep_first"])
-def test_beam_dedup_removes_exactly_the_planted_paragraphs(policy):
-    run_dedup(policy)
+@pytest.mark.parametrize("partitions", [1, 3, 64])
+def test_planted_duplicates_removed_exactly(policy, partitions):
+    tables = [Occurrences.of(docs_of(file)) for file in FILES]
+    removed: dict[int, list] = {}
+    for p in range(partitions):
+        part = [(f, t) for f, table in enumerate(tables) for q, t in table.partitions(partitions) if q == p]
+        for f, found in duplicates(part, policy).items():
+            removed.setdefault(f, []).append(found)
+    got = {}
+    for f, file in enumerate(FILES):
+        index = removal_index(removed.get(f, []))
+        for ordinal, doc in enumerate(docs_of(file)):
+            got[doc["id"]] = remove_paragraphs(doc, index.get(ordinal, ()), 0)["text"]
+    assert got == EXPECTED[policy]
 
 
-def test_min_length_drops_short_documents():
-    run_dedup("drop_all", min_length=20)
-
-
-def test_keep_first_keeps_the_smallest_occurrence():
-    found = [("b", 1), ("a", 3), ("a", 1)]
-    assert sorted(duplicates(found, "keep_first")) == [("a", 3), ("b", 1)]
-    assert sorted(duplicates(found, "drop_all")) == sorted(found)
-    assert list(duplicates([("a", 0)], "drop_all")) == []
-
-
-def test_occurrences_hash_normalized_lines():
-    hashes = [h for h, _ in occurrences(DOCS[0])] + [h for h, _ in occurrences(DOCS[1])]
-    assert hashes[1] == hashes[5]  # BOILER in a == lowercase copy in b
-    assert [occ for _, occ in occurrences(DOCS[0])] == [("a", i) for i in range(4)]
+def test_occurrence_tables():
+    table = Occurrences.of(docs_of(FILES[0]))
+    assert table.hashes.dtype == np.uint64 and len(table.hashes) == 7
+    assert table.docs.tolist() == [0, 0, 0, 0, 1, 1, 1] and table.lines.tolist() == [0, 1, 2, 3, 0, 1, 2]
+    assert int(table.hashes[1]) == paragraph_hash(BOILER) == int(table.hashes[5])
+    parts = dict(table.partitions(4))
+    assert sum(len(t.hashes) for t in parts.values()) == 7
+    assert all(int(h) % 4 == p for p, t in parts.items() for h in t.hashes)
+    assert duplicates([], "drop_all") == {}
 
 
 def test_remove_paragraphs_results():
-    d = DOCS[0]
-    kept = remove_paragraphs(d, {1, 3}, min_length=0)
+    doc = docs_of(FILES[0])[0]
+    kept = remove_paragraphs(doc, {1, 3}, min_length=0)
     assert kept["text"] == "Titre A\nParagraphe propre à A, assez long pour rester."
     assert (kept["nlines"], kept["length"]) == (2, len(kept["text"]))
-    assert remove_paragraphs(d, {0, 1, 2, 3}, 0) == Drop("all_paragraphs_duplicated")
-    assert remove_paragraphs(d, {1, 2, 3}, 100) == Drop("too_short")
+    assert remove_paragraphs(doc, {0, 1, 2, 3}, 0) == Drop("all_paragraphs_duplicated")
+    assert remove_paragraphs(doc, {1, 2, 3}, 100) == Drop("too_short")
+
+
+@pytest.mark.parametrize("policy", ["drop_all", "keep_first"])
+def test_beam_two_pass_dedup_on_wet_files(policy, tmp_path):
+    paths = write_wet(tmp_path)
+    expected = [(k, v) for k, v in EXPECTED[policy].items() if len(v) >= 10]
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+        files = p | beam.Create(list(enumerate(paths)))
+        out = files | ReadAndDedup(ReadConfig(), DedupConfig(policy=policy, min_length=10), len(paths), False)
+        assert_that(out.docs | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))

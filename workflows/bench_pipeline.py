@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import dedup, sinks  # noqa: E402
 from pipeline.beam_pipeline import without_perplexity  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.documents import Drop, Rejected  # noqa: E402
+from pipeline.documents import Drop  # noqa: E402
 from pipeline.lid import LanguageIdentifier  # noqa: E402
 from pipeline.run import run_corpus  # noqa: E402
 from pipeline.warc import RecordReader  # noqa: E402
@@ -99,31 +99,25 @@ def build_input(sample: Path, work: Path, target_mb: float, files: int = 8) -> l
 
 
 def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
-    """read -> in-memory exact dedup -> LID -> shards, with the pipeline's own step functions."""
-    docs = []
+    """read -> exact dedup (one in-memory partition) -> LID -> shards, with the pipeline's step functions."""
+    files = []
     for path in inputs:
         with open(path, "rb") as f:
-            docs.extend(r for r in RecordReader(path, "wet", cfg.read.verify_digests).read(f)
-                        if not isinstance(r, (Drop, Rejected)))
-    groups = collections.defaultdict(list)
-    for doc in docs:
-        for h, occ in dedup.occurrences(doc):
-            groups[h].append(occ)
-    removed = collections.defaultdict(set)
-    for found in groups.values():
-        for doc_id, line in dedup.duplicates(found, cfg.dedup.policy):
-            removed[doc_id].add(line)
+            files.append([r for r in RecordReader(path, "wet", cfg.read.verify_digests).read(f) if isinstance(r, dict)])
+    removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], cfg.dedup.policy)
     lid = LanguageIdentifier(cfg.lid.model, cfg.lid.threshold, cfg.lid.thresholds, cfg.lid.below_threshold)
     partitions = collections.defaultdict(list)
-    for doc in docs:
-        kept = dedup.remove_paragraphs(doc, removed.get(doc["id"], ()), cfg.dedup.min_length)
-        if isinstance(kept, Drop):
-            continue
-        kept = lid(kept)
-        if isinstance(kept, Drop):
-            continue
-        kept = without_perplexity(kept)
-        partitions[(kept["lang"], kept["bucket"])].append(kept)
+    for i, docs in enumerate(files):
+        index = dedup.removal_index([removed[i]] if i in removed else [])
+        for ordinal, doc in enumerate(docs):
+            kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), cfg.dedup.min_length)
+            if isinstance(kept, Drop):
+                continue
+            kept = lid(kept)
+            if isinstance(kept, Drop):
+                continue
+            kept = without_perplexity(kept)
+            partitions[(kept["lang"], kept["bucket"])].append(kept)
     target = int(cfg.write.shard_size_mb * 2**20)
     written = 0
     for (lang, bucket), part in partitions.items():
