@@ -28,11 +28,16 @@ def _summary(report: dict[str, Any], output: str) -> str:
     docs = read.get("documents", 0)
     lines.append(f"  read {docs} documents ({docs / max(report['elapsed_s'], 1e-9):.0f} documents/s), "
                  f"rejected {sum(v for k, v in read.items() if k.startswith('rejected_'))}")
-    for step in ("dedup", "lid", "write"):
+    for step in ("dedup", "lid", "perplexity", "write"):
         if step in counters:
             lines.append(f"  {step}: " + ", ".join(f"{k}={v}" for k, v in counters[step].items()))
     langs = report["languages"]
-    lines.append(f"  {len(langs)} languages: " + ", ".join(f"{lang}={v['documents']}" for lang, v in langs.items()))
+    lines.append(f"  {len(langs)} languages (documents): " + ", ".join(f"{lang}={v['documents']}" for lang, v in langs.items()))
+    buckets: dict[str, int] = {}
+    for v in langs.values():
+        for bucket, counts in v["buckets"].items():
+            buckets[bucket] = buckets.get(bucket, 0) + counts["documents"]
+    lines.append("  buckets (documents): " + ", ".join(f"{b}={n}" for b, n in sorted(buckets.items())))
     lines.append(f"  shards: {output}/lang=*/bucket=*/  stats: {output}/stats.json  "
                  f"sampling: {output}/sampling.json  rejected: {output}/rejected/")
     return "\n".join(lines)
@@ -165,15 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_beam_import_warning(record: logging.LogRecord) -> bool:
-    """Beam warns on import that the optional GCP client libraries are missing: not our user's concern."""
-    return not str(record.msg).startswith("apitools not found")
+def _quiet_beam(record: logging.LogRecord) -> bool:
+    """Hide the local Beam workers' start-up warnings relayed by the job service (errors still show)."""
+    return not (record.name == "apache_beam.runners.portability.local_job_service" and record.levelno < logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
+    root = logging.getLogger()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_quiet_beam_import_warning)
+    for handler in root.handlers:
+        handler.addFilter(_quiet_beam)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs}

@@ -77,7 +77,12 @@ def read_lines(paths: Iterable[str]) -> Iterable[str]:
 
 
 def train_sentencepiece(text_file: Path, prefix: Path, vocab_size: int, seed: int, threads: int) -> int:
-    """Train a unigram model; a vocabulary too large for the text is capped to what it allows."""
+    """Train a unigram model; a vocabulary too large for the text is capped to what it allows.
+
+    Byte fallback is on: characters the model has not seen become byte pieces, each unknown to
+    KenLM, so text in a foreign script scores a high perplexity instead of a few cheap <unk>s
+    (measured on the sample: Chinese LM vs Arabic text, 84 % -> 100 % of documents ranked right).
+    """
     import sentencepiece as spm
 
     spm.set_random_generator_seed(seed)
@@ -86,7 +91,7 @@ def train_sentencepiece(text_file: Path, prefix: Path, vocab_size: int, seed: in
             spm.SentencePieceTrainer.train(
                 input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
                 character_coverage=0.9999, input_sentence_size=10_000_000, shuffle_input_sentence=True,
-                num_threads=threads, minloglevel=2)
+                num_threads=threads, byte_fallback=True, minloglevel=2)
             return vocab_size
         except RuntimeError as exc:
             match = SP_TOO_HIGH.search(str(exc))

@@ -7,7 +7,7 @@ is one sequence), SentencePiece cuts it into pieces, KenLM scores the pieces joi
 0.1. ``per_line`` mode instead normalizes and scores every paragraph separately and divides the
 summed log10 scores by the summed (pieces + 1): CCNet's DocLM over real lines.
 
-Buckets follow CCNet's ``cutoff.csv``: head if pp < the language's p<head> percentile (30),
+Buckets follow CCNet's ``cutoff.csv`` (PerplexityBucket): head if pp < the language's p<head> percentile (30),
 middle if pp < p<tail> (60), else tail. A language without an LM gets ``all``; so does a
 language with an LM but no column in the cutoff file (counted as ``no_cutoff``). A model that
 fails to load is counted (``model_load_failed``) and its language treated as having no LM.
@@ -94,14 +94,18 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
 
 
 def read_cutoffs(path: str) -> dict[str, list[float]]:
-    """CCNet's ``cutoff.csv``: a header of languages, then one row per percentile 0..100."""
+    """A ``cutoff.csv``: a header of languages, then one row per percentile from 0.
+
+    We write percentiles 0..100 (101 rows); CCNet's published file has 0..99: both are read.
+    """
     try:
         with fs.open_read(path) as f:
             rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
     except OSError:
         raise UserError(f"perplexity.cutoffs {path}: no such file") from None
-    if not rows or len(rows) != 102:
-        raise UserError(f"{path}: expected a header and 101 percentile rows (0..100), got {max(len(rows) - 1, 0)} rows")
+    if len(rows) - 1 not in (100, 101):
+        raise UserError(f"{path}: expected a header and a row per percentile 0..100 (or 0..99), "
+                        f"got {max(len(rows) - 1, 0)} rows")
     langs = rows[0][1:]
     cutoffs: dict[str, list[float]] = {lang: [] for lang in langs}
     for number, row in enumerate(rows[1:], 2):

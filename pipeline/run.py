@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -76,6 +77,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         if not overwrite:
             raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
         fs.delete(stale)
+        if fs.is_local(cfg.output):  # and the partition folders they leave empty
+            for folder in sorted(Path(cfg.output).glob("lang=*/bucket=*")) + sorted(Path(cfg.output).glob("lang=*")):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
     start = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, cfg, files, languages, cutoffs)

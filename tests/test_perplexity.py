@@ -20,9 +20,24 @@ def load(lms, lang):
             kenlm.Model(str(lms / f"{lang}.arpa.bin")))
 
 
-def held_out_docs(lang: str, size: int = 8) -> list[str]:
+def held_out_docs(lang: str, min_chars: int = 300) -> list[str]:
+    """Held-out reference lines grouped into documents of at least ``min_chars`` (the corpus' min_length)."""
     _, held = split_reference(lang)
-    return ["\n".join(held[i:i + size]) for i in range(0, len(held) - size + 1, size)]
+    docs, current = [], []
+    for line in held:
+        current.append(line)
+        if sum(map(len, current)) >= min_chars:
+            docs.append("\n".join(current))
+            current = []
+    return docs
+
+
+def shuffled(doc: str, lang: str, rng: random.Random) -> str:
+    """The document with its words shuffled (characters for Chinese, written without spaces)."""
+    sep = "" if lang in ("zh", "ja", "th") else " "
+    words = list(doc) if not sep else doc.split(sep)
+    rng.shuffle(words)
+    return sep.join(words)
 
 
 def reference_perplexity(text: str, sp, lm, ccnet_normalize) -> float:
@@ -38,7 +53,7 @@ def reference_perplexity(text: str, sp, lm, ccnet_normalize) -> float:
 def test_parity_with_an_independent_ccnet_computation(sample_lms, ccnet_normalizer, lang, sample):
     sp, lm = load(sample_lms, lang)
     docs = held_out_docs(lang)[:40]
-    assert len(docs) >= 10 and all("\n" in d for d in docs)
+    assert len(docs) >= 10 and sum("\n" in d for d in docs) >= len(docs) // 2
     for doc in docs:
         assert document_perplexity(doc, sp, lm) == reference_perplexity(doc, sp, lm, ccnet_normalizer.normalize)
 
@@ -55,31 +70,26 @@ def test_per_line_mode_sums_over_paragraphs(sample_lms):
     assert document_perplexity(doc, sp, lm, "per_line") != document_perplexity(doc, sp, lm, "document")
 
 
-def sanity_rates(lms, lang: str) -> tuple[float, float]:
+def sanity_rates(lms, lang: str, other_lang: str | None = None) -> tuple[float, float]:
+    """Share of held-out documents scoring lower than (the same text shuffled, another language's text).
+
+    The other language is the next one in SAMPLE_LANGS unless given."""
     sp, lm = load(lms, lang)
     rng = random.Random(0)
     docs = held_out_docs(lang)
-    other = held_out_docs(SAMPLE_LANGS[(SAMPLE_LANGS.index(lang) + 1) % len(SAMPLE_LANGS)])
+    other = held_out_docs(other_lang or SAMPLE_LANGS[(SAMPLE_LANGS.index(lang) + 1) % len(SAMPLE_LANGS)])
     shuffled_wins = other_wins = 0
     for i, doc in enumerate(docs):
-        words = doc.split(" ")
-        rng.shuffle(words)
         pp = document_perplexity(doc, sp, lm)
-        shuffled_wins += pp < document_perplexity(" ".join(words), sp, lm)
+        shuffled_wins += pp < document_perplexity(shuffled(doc, lang, rng), sp, lm)
         other_wins += pp < document_perplexity(other[i % len(other)], sp, lm)
     return shuffled_wins / len(docs), other_wins / len(docs)
 
 
-@pytest.mark.parametrize("lang", [lang for lang in SAMPLE_LANGS if lang not in ("zh",)])
+@pytest.mark.parametrize("lang", SAMPLE_LANGS)
 def test_held_out_text_beats_shuffled_and_foreign_text(sample_lms, lang):
     vs_shuffled, vs_other = sanity_rates(sample_lms, lang)
     assert vs_shuffled >= 0.95 and vs_other >= 0.95, (vs_shuffled, vs_other)
-
-
-def test_chinese_beats_foreign_text_and_mostly_shuffled(sample_lms):
-    # zh has no spaces: shuffling "words" moves whole clauses, a much milder change.
-    vs_shuffled, vs_other = sanity_rates(sample_lms, "zh")
-    assert vs_other >= 0.95 and vs_shuffled >= 0.5, (vs_shuffled, vs_other)
 
 
 def test_buckets():
@@ -95,7 +105,8 @@ def test_buckets():
 def test_ccnets_published_cutoff_file_is_read():
     cutoffs = read_cutoffs(str(CCNET / "data" / "cutoff.csv"))
     assert {"de", "en", "fr", "zh", "ar", "hi"} <= set(cutoffs)
-    assert all(len(v) == 101 and v == sorted(v) for v in cutoffs.values())
+    assert all(len(v) == 100 and v == sorted(v) for v in cutoffs.values())  # CCNet's has percentiles 0..99
+    assert bucket_of(cutoffs["de"][30] - 1, cutoffs["de"], 30, 60) == "head"
 
 
 def test_cutoff_round_trip_and_bad_files(tmp_path):
@@ -106,7 +117,7 @@ def test_cutoff_round_trip_and_bad_files(tmp_path):
         read_cutoffs(str(tmp_path / "missing.csv"))
     lines = (tmp_path / "cutoff.csv").read_text().splitlines()
     (tmp_path / "short.csv").write_text("\n".join(lines[:50]))
-    with pytest.raises(UserError, match="101 percentile rows"):
+    with pytest.raises(UserError, match="a row per percentile"):
         read_cutoffs(str(tmp_path / "short.csv"))
     lines[10] = lines[10].replace(",", ",x", 1)
     (tmp_path / "bad.csv").write_text("\n".join(lines))

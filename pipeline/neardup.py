@@ -1,0 +1,602 @@
+"""Document-level near-duplicate removal: MinHash, LSH banding and connected components in Beam.
+
+The stage, as datatrove / text-dedup do it but without an in-memory index on one worker:
+
+1. **Shingles.** The text is lowercased; letters, combining marks and numbers form words,
+   everything else separates them; every run of decimal digits becomes one ``0``, so dates and
+   counters do not matter. Word shingles are ``word_ngram`` consecutive words; character shingles
+   (``char_ngram`` consecutive word characters, separators dropped) serve scripts written without
+   spaces (:data:`CHAR_SHINGLE_LANGS` under ``shingle: auto``). A document with fewer words
+   (characters) than the n-gram size is one shingle; an empty document has none and is never a
+   near-duplicate.
+2. **Signatures.** Each shingle is hashed to 32 bits (a polynomial hash of its code points mixed
+   by MurmurHash3's finalizer, vectorised with numpy) and fed to datasketch's default MinHash
+   scheme (``affine32``: the same permutations from ``MinHash(num_perm, seed)``, the same
+   arithmetic), so a signature equals ``MinHash(num_perm, seed, hashfunc=int)`` updated with the
+   shingle hashes; only the hashing of shingles differs from datasketch's SHA-1 default, ~10x
+   faster. :func:`signatures` is the interface another backend would implement.
+3. **LSH.** The signature is cut into ``bands`` x ``rows``; ``(scope, band, hash of the band)``
+   is a Beam key. Documents sharing a bucket are candidates. With ``verify`` (default), a
+   member is linked to the smallest member whose estimated Jaccard (matching signature positions
+   / ``num_perm``) reaches ``threshold``, which removes LSH false positives; without it every
+   member is linked to the bucket's smallest id (a star, as datatrove does). Edges per bucket
+   are linear in its size when members are alike.
+4. **Connected components** by the alternating large-star / small-star algorithm (Kiveris et
+   al., 2014), unrolled ``max_iterations`` times in the graph (a Beam graph is static; rounds
+   after convergence pass the edges through unchanged). At the end each component is a star
+   around its smallest id, the kept document; the others are removed with ``duplicate_of`` set
+   to it. A chain A~B~C is one cluster even if A and C are not alike.
+5. **Join** by document id: kept documents get ``minhash_cluster_size`` (1 for singletons);
+   removed ones are counted (``Metrics.counter("neardup", "near_duplicate")``) and, with
+   ``write_removed``, emitted to the ``removed`` output.
+
+Document ids (WARC-Record-ID) are the graph's nodes and must be unique (exact dedup rejects
+repeats). The result depends only on the documents and the config, not on bundling or workers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import unicodedata
+from typing import Any, Iterable, Iterator, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+from datasketch import MinHash
+from datasketch.lsh import _optimal_param
+
+from .documents import Document
+from .errors import UserError
+
+SHINGLES = ("auto", "word", "char")
+SCOPES = ("language", "global")
+CHAR_SHINGLE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"})
+"""Languages (fastText lid.176 labels) written without spaces between words."""
+REMOVED = "removed"
+EMPTY = np.uint32(0xFFFFFFFF)
+"""Every position of the signature of a document without shingles (datasketch's empty MinHash)."""
+
+_U64 = np.uint64
+_CHAR_BASE = 0x100000001B3  # odd, so invertible modulo 2**64
+_NGRAM_BASE = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+_CHUNK_SHINGLES = 8192  # shingles permuted at once: (num_perm x chunk) uint32 stays in cache
+_BATCH_CHARS = 1 << 20  # characters hashed at once: the power tables (2 x 2**21 x 8 bytes) fit
+
+
+@dataclasses.dataclass
+class NearDupConfig:
+    enabled: bool = True
+    """Run MinHash near-duplicate removal."""
+    shingle: str = "auto"
+    """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
+    word_ngram: int = 5
+    """Words per word shingle."""
+    char_ngram: int = 5
+    """Characters per character shingle."""
+    num_perm: int = 128
+    """MinHash permutations (signature length)."""
+    threshold: float = 0.8
+    """Jaccard similarity from which two documents are near-duplicates."""
+    bands: int | None = None
+    """LSH bands; with rows unset too, derived from threshold and num_perm (datasketch's optimizer, equal weights)."""
+    rows: int | None = None
+    """Signature positions per LSH band (bands x rows <= num_perm)."""
+    verify: bool = True
+    """Keep a candidate pair only if its estimated Jaccard (from the signatures) reaches threshold."""
+    seed: int = 1
+    """Seed of the MinHash permutations (datasketch's)."""
+    scope: str = "language"
+    """language (documents are compared within their lang only) or global."""
+    max_iterations: int = 20
+    """Large-star/small-star rounds of the connected components (counter neardup/cc_not_converged > 0 if too few)."""
+    write_removed: bool = False
+    """Emit removed documents (id, duplicate_of, url, lang, source, length) to the removed output."""
+
+    def validate(self) -> None:
+        """Raise :class:`UserError` naming the first bad value."""
+        def fail(message: str) -> None:
+            raise UserError(f"near_dedup: {message}")
+
+        if self.shingle not in SHINGLES:
+            fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
+        if self.scope not in SCOPES:
+            fail(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
+        for name in ("word_ngram", "char_ngram", "num_perm", "max_iterations"):
+            if getattr(self, name) < 1:
+                fail(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.threshold <= 1.0:
+            fail(f"threshold must be in (0, 1], got {self.threshold}")
+        if not 0 <= self.seed < 2**32:
+            fail(f"seed must be in [0, 2**32), got {self.seed}")
+        if (self.bands is None) != (self.rows is None):
+            fail("set both bands and rows, or neither (derived from threshold and num_perm)")
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1:
+                fail(f"bands and rows must be >= 1, got {self.bands} x {self.rows}")
+            if self.bands * self.rows > self.num_perm:
+                fail(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+
+    def band_rows(self) -> tuple[int, int]:
+        """``(bands, rows)``: as configured, or minimizing false positives + false negatives."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return optimal_bands(self.threshold, self.num_perm)
+
+    def min_matches(self) -> int:
+        """Matching signature positions an estimated Jaccard >= threshold needs."""
+        return math.ceil(self.threshold * self.num_perm - 1e-9)
+
+
+@functools.lru_cache(maxsize=None)
+def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    """datasketch's ``MinHashLSH`` choice of (bands, rows) with equal FP/FN weights."""
+    return _optimal_param(threshold, num_perm, 0.5, 0.5)
+
+
+def shingle_kind(lang: str | None, shingle: str) -> str:
+    """``word`` or ``char`` for a document in ``lang`` under the configured ``shingle``."""
+    if shingle != "auto":
+        return shingle
+    return "char" if lang in CHAR_SHINGLE_LANGS else "word"
+
+
+# --------------------------------------------------------------------------- hashing
+
+@functools.cache
+def _fold_table() -> np.ndarray:
+    """Code point -> itself for letters, marks and numbers (decimal digits -> "0"), 0 for separators."""
+    n = 0x110000
+    kind = np.fromiter(
+        (2 if (cat := unicodedata.category(chr(c))) == "Nd" else cat[0] in "LMN" for c in range(n)), np.uint8, n)
+    fold = np.where(kind == 1, np.arange(n, dtype=np.uint32), np.uint32(0))
+    fold[kind == 2] = ord("0")
+    return fold
+
+
+@functools.lru_cache(maxsize=1)
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``base**k`` and ``base**-k`` modulo 2**64 for k < n (numpy integer arithmetic wraps)."""
+    inverse = pow(_CHAR_BASE, -1, 1 << 64)
+    up, down = np.full(n, _CHAR_BASE, _U64), np.full(n, inverse, _U64)
+    up[0] = down[0] = 1
+    return np.cumprod(up, dtype=_U64), np.cumprod(down, dtype=_U64)
+
+
+def fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer (a bijection that spreads every input bit)."""
+    h = h ^ (h >> _U64(33))
+    h = h * _U64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> _U64(33))
+    h = h * _U64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> _U64(33))
+
+
+def _units(texts: Sequence[str], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """The words (as 64-bit hashes) or word characters of each text, and the text each belongs to."""
+    lowered = [t.lower() for t in texts]
+    starts = np.cumsum([0] + [len(t) + 1 for t in lowered[:-1]])
+    # "\0" (a separator) between texts keeps words apart; offsets come from the lengths, so a
+    # "\0" inside a text changes nothing.
+    x = _fold_table()[np.frombuffer("\0".join(lowered).encode("utf-32-le", "surrogatepass"), np.uint32)]
+    digit = x == ord("0")
+    repeat = digit[1:] & digit[:-1]  # the rest of a run of digits: dropped, the run becomes one "0"
+    if repeat.any():
+        keep = np.concatenate([[True], ~repeat])
+        starts = np.concatenate([[0], np.cumsum(keep)])[starts]
+        x = x[keep]
+    if kind == "char":
+        at = np.flatnonzero(x)
+        return x[at].astype(_U64), np.searchsorted(starts, at, side="right") - 1
+    edges = np.diff((x != 0).view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    begin, end = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    up, down = _powers(1 << max(21, len(x).bit_length()))
+    prefix = np.zeros(len(x) + 1, _U64)
+    np.cumsum(x.astype(_U64) * down[:len(x)], out=prefix[1:])
+    # sum of x[k] * base**(end - 1 - k) over the word: position-independent polynomial hash
+    words = fmix64(up[end - 1] * (prefix[end] - prefix[begin])) if len(begin) else np.empty(0, _U64)
+    return words, np.searchsorted(starts, begin, side="right") - 1
+
+
+def _ngram(values: Iterable[int]) -> int:
+    """The polynomial n-gram hash of a short run of units, with Python integers (mod 2**64)."""
+    h = 0
+    for v in values:
+        h = (h * _NGRAM_BASE + int(v)) & _MASK64
+    return h
+
+
+def shingle_hashes(texts: Sequence[str], kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """32-bit hashes of every shingle of ``texts`` and the index of the text of each, in text order.
+
+    A shingle of units ``u_0 .. u_{n-1}`` (word hashes or code points) hashes to
+    ``fmix64(sum u_k * B**(n-1-k) mod 2**64) >> 32``; a text with fewer units than ``n`` has
+    one shingle of all of them.
+    """
+    if not texts:
+        return np.empty(0, np.uint32), np.empty(0, np.int64)
+    units, owner = _units(texts, kind)
+    m = len(units) - n + 1
+    hashes = np.zeros(max(m, 0), _U64)
+    for k in range(n if m > 0 else 0):
+        hashes = hashes * _U64(_NGRAM_BASE) + units[k:k + m]
+    whole = owner[:m] == owner[n - 1:n - 1 + m] if m > 0 else np.zeros(0, bool)
+    hashes, docs = hashes[whole], owner[:max(m, 0)][whole]
+    counts = np.bincount(owner, minlength=len(texts))
+    short = np.flatnonzero((counts > 0) & (counts < n))
+    if len(short):
+        first = np.searchsorted(owner, short)
+        extra = [_ngram(units[f:f + counts[d]]) for d, f in zip(short, first)]
+        hashes = np.concatenate([hashes, np.array(extra, _U64)])
+        docs = np.concatenate([docs, short])
+        order = np.argsort(docs, kind="stable")
+        hashes, docs = hashes[order], docs[order]
+    return (fmix64(hashes) >> _U64(32)).astype(np.uint32), docs
+
+
+@functools.lru_cache(maxsize=8)
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters ``(a, b)`` as column vectors (uint32)."""
+    a, b = MinHash(num_perm=num_perm, seed=seed).permutations
+    return a[:, None].copy(), b[:, None].copy()
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer: datasketch's pre-mix of the input hash (affine32 scheme)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def minhash(hashes: np.ndarray, docs: np.ndarray, n_docs: int, num_perm: int, seed: int) -> np.ndarray:
+    """Signatures (``n_docs x num_perm`` uint32) of shingle hashes grouped by ``docs`` (sorted).
+
+    Row ``d`` equals ``MinHash(num_perm, seed, hashfunc=int)`` updated with the hashes of
+    document ``d``; a document without hashes gets :data:`EMPTY` everywhere.
+    """
+    a, b = permutations(num_perm, seed)
+    out = np.full((n_docs, num_perm), EMPTY, np.uint32)
+    if not len(hashes):
+        return out
+    hv = _fmix32(hashes)
+    seg = np.flatnonzero(np.diff(docs, prepend=-1))  # first shingle of each document
+    bounds = np.append(seg, len(hv))
+    i = 0
+    while i < len(seg):
+        j = max(i + 1, int(np.searchsorted(bounds, bounds[i] + _CHUNK_SHINGLES, side="right")) - 1)
+        j = min(j, len(seg))
+        lo, hi = bounds[i], bounds[j]
+        phv = np.multiply(a, hv[lo:hi])
+        phv += b
+        out[docs[seg[i:j]]] = np.minimum.reduceat(phv, seg[i:j] - lo, axis=1).T
+        i = j
+    return out
+
+
+def signatures(texts: Sequence[str], cfg: NearDupConfig, kind: str = "word") -> np.ndarray:
+    """MinHash signatures (``len(texts) x num_perm`` uint32) of texts shingled as ``kind``.
+
+    The backend interface: another implementation (e.g. a native library) must return the same
+    shape, EMPTY rows for texts without shingles, and comparable estimates.
+    """
+    n = cfg.char_ngram if kind == "char" else cfg.word_ngram
+    out = np.empty((len(texts), cfg.num_perm), np.uint32)
+    start = 0
+    while start < len(texts):
+        stop, chars = start, 0
+        while stop < len(texts) and (stop == start or chars + len(texts[stop]) <= _BATCH_CHARS):
+            chars += len(texts[stop])
+            stop += 1
+        hashes, docs = shingle_hashes(texts[start:stop], kind, n)
+        out[start:stop] = minhash(hashes, docs, stop - start, cfg.num_perm, cfg.seed)
+        start = stop
+    return out
+
+
+def is_empty(sigs: np.ndarray) -> np.ndarray:
+    """Rows of signatures of documents without shingles."""
+    return (sigs == EMPTY).all(axis=1)
+
+
+def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """``n x bands`` int64 hashes of each band's rows (FNV-1a over the 32-bit values, mixed)."""
+    keys = np.empty((len(sigs), bands), np.int64)
+    for band in range(bands):
+        h = np.full(len(sigs), 0xCBF29CE484222325, _U64)
+        for col in sigs[:, band * rows:(band + 1) * rows].T.astype(_U64):
+            h = (h ^ col) * _U64(0x100000001B3)
+        keys[:, band] = fmix64(h).view(np.int64)
+    return keys
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Estimated Jaccard similarity of two signatures (datasketch's ``MinHash.jaccard``)."""
+    return float(np.count_nonzero(a == b)) / len(a)
+
+
+def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None) -> list[tuple[str, str]]:
+    """Edges ``(smaller id, larger id)`` among the ``(id, signature bytes)`` sharing an LSH bucket.
+
+    Without ``min_matches``: every member to the smallest id. With it: each member to the
+    smallest other member with at least ``min_matches`` equal signature positions, if any.
+    """
+    unique = dict(sorted(members, reverse=True))  # one signature per id, the smallest: deterministic
+    ids = sorted(unique)
+    if len(ids) < 2:
+        return []
+    if min_matches is None:
+        return [(ids[0], other) for other in ids[1:]]
+    sigs = np.frombuffer(b"".join(unique[i] for i in ids), np.uint32).reshape(len(ids), -1)
+    to_first = np.count_nonzero(sigs == sigs[0], axis=1) >= min_matches
+    edges = []
+    for i in range(1, len(ids)):
+        if to_first[i]:
+            edges.append((ids[0], ids[i]))
+            continue
+        alike = np.count_nonzero(sigs == sigs[i], axis=1) >= min_matches
+        alike[i] = False
+        if alike.any():
+            j = int(np.argmax(alike))
+            edges.append((ids[min(i, j)], ids[max(i, j)]))
+    return edges
+
+
+# --------------------------------------------------------------------------- connected components
+
+def large_star(node: str, neighbors: Iterable[str]) -> tuple[list[tuple[str, str]], bool]:
+    """Link every larger neighbor of ``node`` to the smallest of its neighborhood (and itself).
+
+    Returns the new edges and whether anything changed.
+    """
+    linked = set(neighbors)
+    smallest = min(linked | {node})
+    larger = sorted(v for v in linked if v > node)
+    return [(smallest, v) for v in larger], bool(larger) and smallest != node
+
+
+def small_star(node: str, smaller: Iterable[str]) -> tuple[list[tuple[str, str]], bool]:
+    """Link ``node`` and its smaller neighbors to the smallest of them.
+
+    Returns the new edges and whether anything changed.
+    """
+    linked = sorted(set(smaller))
+    if not linked:
+        return [], False
+    smallest = linked[0]
+    return [(smallest, v) for v in (*linked[1:], node)], len(linked) > 1
+
+
+def resolve(node: str, neighbors: Iterable[str]) -> tuple[str | None, int, bool]:
+    """``(kept id or None if node is kept, cluster size if node is kept, converged here)``."""
+    linked = set(neighbors)
+    smaller = sorted(v for v in linked if v < node)
+    if not smaller:
+        return None, 1 + len(linked), True
+    return smaller[0], 0, len(smaller) == 1 and len(linked) == 1
+
+
+class _Counted(beam.DoFn):
+    """A DoFn with cached counters in the ``neardup`` namespace."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, Any] = {}
+
+    def count(self, name: str, n: int = 1) -> None:
+        if name not in self._counters:
+            self._counters[name] = Metrics.counter("neardup", name)
+        self._counters[name].inc(n)
+
+
+class _Star(beam.DoFn):
+    """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets one 1 per bundle that changed."""
+
+    def __init__(self, small: bool) -> None:
+        self.step = small_star if small else large_star
+        self.changed = False
+
+    def start_bundle(self) -> None:
+        self.changed = False
+
+    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, str]]:
+        edges, changed = self.step(*item)
+        self.changed |= changed
+        yield from edges
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self.changed:
+            yield beam.pvalue.TaggedOutput("changed", WindowedValue(1, MIN_TIMESTAMP, (GlobalWindow(),)))
+
+
+class _Route(beam.DoFn):
+    """Edges stay ``active`` while the round changed the graph, else they are ``done`` (converged)."""
+
+    def process(self, edge: tuple[str, str], changed: Iterable[int]) -> Iterator[Any]:
+        yield edge if any(changed) else beam.pvalue.TaggedOutput("done", edge)
+
+
+class _Resolve(_Counted):
+    """(node, neighbors) -> main ``(node, kept id)``, or ``(node, cluster size)`` to ``size`` if kept."""
+
+    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, tuple[str, Any]]]:
+        node, neighbors = item
+        kept, size, converged = resolve(node, neighbors)
+        if not converged:
+            self.count("cc_not_converged")
+        if kept is None:
+            self.count("clusters")
+            yield beam.pvalue.TaggedOutput("size", (node, size))
+        else:
+            yield node, kept
+
+
+def _both_ways(edge: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
+    return edge, (edge[1], edge[0])
+
+
+def _by_larger(edge: tuple[str, str]) -> tuple[str, str]:
+    return (edge[1], edge[0]) if edge[0] < edge[1] else edge
+
+
+class _CountRound(_Counted):
+    """Counts the rounds that changed the graph."""
+
+    def process(self, changes: int) -> None:
+        if changes:
+            self.count("cc_active_rounds")
+
+
+class ConnectedComponents(beam.PTransform):
+    """Edges ``(a, b)`` -> main: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
+
+    The kept id of a component is its smallest id. Each round is a large-star and a small-star
+    step; once a round changes nothing, the edges leave the loop and later rounds run empty.
+    Counters: ``cc_active_rounds`` (rounds that changed the graph) and ``cc_not_converged``
+    (nodes still unresolved after ``max_iterations`` rounds: they keep a smaller neighbor as parent).
+    """
+
+    def __init__(self, max_iterations: int) -> None:
+        super().__init__()
+        self.max_iterations = max_iterations
+
+    def expand(self, edges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        done = []
+        for i in range(self.max_iterations):
+            large = (
+                edges
+                | f"LargeStar{i}/Key" >> beam.FlatMap(_both_ways)
+                | f"LargeStar{i}/Group" >> beam.GroupByKey()
+                | f"LargeStar{i}/Link" >> beam.ParDo(_Star(small=False)).with_outputs("changed", main="edges")
+            )
+            small = (
+                large.edges
+                | f"SmallStar{i}/Key" >> beam.Map(_by_larger)
+                | f"SmallStar{i}/Group" >> beam.GroupByKey()
+                | f"SmallStar{i}/Link" >> beam.ParDo(_Star(small=True)).with_outputs("changed", main="edges")
+            )
+            changed = (large.changed, small.changed) | f"Round{i}/Changed" >> beam.Flatten()
+            routed = small.edges | f"Round{i}/Route" >> beam.ParDo(
+                _Route(), beam.pvalue.AsList(changed)).with_outputs("done", main="active")
+            done.append(routed.done)
+            edges = routed.active
+        return (
+            (*done, edges)
+            | "Resolve/Flatten" >> beam.Flatten()
+            | "Resolve/Key" >> beam.FlatMap(_both_ways)
+            | "Resolve/Group" >> beam.GroupByKey()
+            | "Resolve/Roots" >> beam.ParDo(_Resolve()).with_outputs("size", main="parent")
+        )
+
+
+# --------------------------------------------------------------------------- Beam stage
+
+class BandKeys(_Counted):
+    """A batch of documents -> ``((scope, band, band hash), (id, signature bytes))`` per band."""
+
+    def __init__(self, cfg: NearDupConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.bands, self.rows = cfg.band_rows()
+
+    def setup(self) -> None:
+        _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
+
+    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int, int], tuple[str, bytes]]]:
+        cfg = self.cfg
+        groups: dict[str, list[int]] = {}
+        for i, doc in enumerate(batch):
+            groups.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
+        for kind, index in sorted(groups.items()):
+            sigs = signatures([batch[i]["text"] for i in index], cfg, kind)
+            keys = band_keys(sigs, self.bands, self.rows).tolist()
+            empty = is_empty(sigs)
+            for row, i in enumerate(index):
+                if empty[row]:
+                    self.count("no_shingles")
+                    continue
+                doc = batch[i]
+                scope = (doc.get("lang") or "") if cfg.scope == "language" else ""
+                value = (doc["id"], sigs[row].tobytes() if cfg.verify else b"")  # unverified: ids suffice
+                for band, key in enumerate(keys[row]):
+                    yield (scope, band, key), value
+        self.count("signatures", len(batch))
+
+
+class CandidateEdges(_Counted):
+    """An LSH bucket -> its edges (:func:`bucket_edges`)."""
+
+    def __init__(self, min_matches: int | None) -> None:
+        super().__init__()
+        self.min_matches = min_matches
+
+    def process(self, item: tuple[Any, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
+        members = list(item[1])
+        if len(members) < 2:
+            return
+        edges = bucket_edges(members, self.min_matches)
+        self.count("candidate_buckets")
+        self.count("edges", len(edges))
+        yield from edges
+
+
+class ApplyNearDup(_Counted):
+    """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
+
+    def __init__(self, write_removed: bool) -> None:
+        super().__init__()
+        self.write_removed = write_removed
+
+    def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
+        doc_id, grouped = item
+        parents, sizes = list(grouped["parent"]), list(grouped["size"])
+        for doc in grouped["doc"]:
+            self.count("documents_in")
+            if parents:
+                self.count("near_duplicate")
+                if self.write_removed:
+                    yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, min(parents)))
+                continue
+            self.count("documents_out")
+            yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
+
+
+def _by_id(doc: Document) -> tuple[str, Document]:
+    return doc["id"], doc
+
+
+def removed_record(doc: Document, duplicate_of: str) -> dict[str, Any]:
+    """What the ``removed`` output holds for a removed document."""
+    return {"id": doc["id"], "duplicate_of": duplicate_of, "url": doc.get("url"), "lang": doc.get("lang"),
+            "source": doc.get("source"), "length": len(doc["text"])}
+
+
+class NearDedup(beam.PTransform):
+    """Documents -> tagged outputs ``docs`` (kept, with ``minhash_cluster_size``) and ``removed``."""
+
+    def __init__(self, cfg: NearDupConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+
+    def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        cfg = self.cfg
+        edges = (
+            docs
+            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
+            | "BandKeys" >> beam.ParDo(BandKeys(cfg))
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "CandidateEdges" >> beam.ParDo(CandidateEdges(cfg.min_matches() if cfg.verify else None))
+        )
+        clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
+        keyed = docs | "KeyById" >> beam.Map(_by_id)
+        return (
+            {"doc": keyed, "parent": clusters.parent, "size": clusters.size}
+            | "JoinById" >> beam.CoGroupByKey()
+            | "Apply" >> beam.ParDo(ApplyNearDup(cfg.write_removed)).with_outputs(REMOVED, main="docs")
+        )
