@@ -41,3 +41,26 @@ def test_user_mistakes_are_one_line(args, message):
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train-lm", "--lang", "de", "--text", "/nonexistent/ref.txt", "--out", "/tmp/polyglot-lm"],
+     "reference text /nonexistent/ref.txt: no such file"),
+    (["train-lm", "--lang", "de,fr", "--text", "README.md", "--out", "/tmp/polyglot-lm"], "one per language"),
+    (["train-lm", "--out", "/tmp/polyglot-lm"], "needs --lang and --text, or --config"),
+    (["train-lm", "--config", "configs/corpus/sample.yaml", "--out", "/tmp/polyglot-lm"], "unknown key"),
+    (["cutoffs", "--corpus", "/nonexistent/corpus", "--out", "/tmp/polyglot-cutoff.csv"], "no shards"),
+    (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.models=/nonexistent/lm"],
+     "perplexity.models /nonexistent/lm: no such directory"),
+    (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.head=70"], "must not exceed perplexity.tail"),
+])
+def test_lm_commands_user_mistakes(args, message):
+    result = cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_train_lm_help_documents_every_option():
+    out = cli("train-lm", "--help").stdout
+    for flag in ("--lang", "--text", "--config", "--out", "--vocab-size", "--order", "--memory", "--seed", "--kenlm-bin", "--overwrite"):
+        assert flag in out

@@ -132,3 +132,64 @@ def test_uncompressed_and_gzip_records_round_trip(tmp_path):
                    "--set", "dedup.policy=keep_first") == 0
     [shard] = sorted((tmp_path / "out").glob("lang=de/bucket=all/part-*.arrow"))
     assert [r["id"] for r in read_shard(str(shard)).to_pylist()] == ["<urn:uuid:1>", "<urn:uuid:2>"]
+
+
+@pytest.fixture(scope="module")
+def bucketed(sample, sample_lms, tmp_path_factory) -> Path:
+    """One sample file scored with the sample LMs, cutoffs computed from it, then bucketed."""
+    root = tmp_path_factory.mktemp("bucketed")
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    common = ["--config", "configs/corpus/sample.yaml", "--input", wet, "--set", "beam_options=[]",
+              "--set", f"perplexity.models={sample_lms}"]
+    assert run_cli(*common, "--output", str(root / "scored")) == 0
+    assert main(["cutoffs", "--corpus", str(root / "scored"), "--out", str(root / "cutoff.csv")]) == 0
+    assert run_cli(*common, "--output", str(root / "corpus"), "--set", f"perplexity.cutoffs={root / 'cutoff.csv'}",
+                   "--set", "sampling.buckets=[head, middle]") == 0
+    return root
+
+
+def test_scored_corpus_has_perplexity_and_cutoffs(bucketed):
+    rows = [r for p in sorted((bucketed / "scored").glob("lang=*/bucket=all/*.arrow")) for r in read_shard(str(p)).to_pylist()]
+    assert rows and all(r["perplexity"] > 0 for r in rows)
+    header, *table = (bucketed / "cutoff.csv").read_text().splitlines()
+    assert len(table) == 101 and table[30].startswith("30,")
+    assert len(header.split(",")) >= 9
+
+
+def test_buckets_split_at_the_cutoffs(bucketed):
+    from pipeline.perplexity import read_cutoffs
+
+    cutoffs = read_cutoffs(str(bucketed / "cutoff.csv"))
+    stats = json.loads((bucketed / "corpus" / "stats.json").read_text())
+    for lang, entry in stats["languages"].items():
+        assert set(entry["buckets"]) == {"head", "middle", "tail"}, lang
+        assert len(entry["perplexity_deciles"]) == 11
+        head = entry["buckets"]["head"]["documents"] / entry["documents"]
+        assert 0.15 <= head <= 0.45, (lang, head)  # ~30 % below the 30th percentile of the same documents
+    for path in sorted((bucketed / "corpus").glob("lang=*/bucket=*/part-*.arrow")):
+        lang = path.parent.parent.name.removeprefix("lang=")
+        for row in read_shard(str(path)).to_pylist():
+            c = cutoffs[lang]
+            expected = "head" if row["perplexity"] < c[30] else "middle" if row["perplexity"] < c[60] else "tail"
+            assert row["bucket"] == expected == path.parent.name.removeprefix("bucket=")
+
+
+def test_sampling_over_chosen_buckets(bucketed):
+    sampling = json.loads((bucketed / "corpus" / "sampling.json").read_text())
+    assert sampling["buckets"] == ["head", "middle"]
+    for lang, weights in sampling["languages"].items():
+        buckets = sampling["corpus"][lang]["buckets"]
+        assert weights["n"] == buckets["head"]["characters"] + buckets["middle"]["characters"]
+
+
+def test_drop_tail_and_perplexity_ceiling(sample, sample_lms, bucketed, tmp_path):
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    assert run_cli("--input", wet, "--output", str(tmp_path), "--set", f"perplexity.models={sample_lms}",
+                   "--set", f"perplexity.cutoffs={bucketed / 'cutoff.csv'}", "--set", "perplexity.drop_buckets=[tail]",
+                   "--set", "perplexity.max_perplexity=400") == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["counters"]["perplexity"]["dropped_tail"] > 0
+    assert stats["counters"]["perplexity"]["above_max_perplexity"] > 0
+    assert not list(tmp_path.glob("lang=*/bucket=tail"))
+    rows = [r for p in tmp_path.glob("lang=*/bucket=*/*.arrow") for r in read_shard(str(p)).to_pylist()]
+    assert rows and max(r["perplexity"] for r in rows) <= 400
