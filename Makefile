@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_OUT ?= out/demo
+FORCE ?= 0
 
 .PHONY: setup demo test test-slow bench sdist sample clean
 
@@ -9,7 +10,7 @@ setup:
 	@bash workflows/setup.sh
 
 demo: setup
-	PY=$(PY) DEMO_OUT=$(DEMO_OUT) bash workflows/demo.sh
+	PY=$(PY) DEMO_OUT=$(DEMO_OUT) FORCE=$(FORCE) bash workflows/demo.sh
 
 test: setup
 	$(PY) -m pytest -q

@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_argument("--text", action="append", help="reference text file, one paragraph per line (repeatable)")
     lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
                     "memory, seed (see configs/lm/); relative paths are relative to the config file")
-    lm.add_argument("--out", required=True, help="output directory for <lang>.sp.model, <lang>.sp.vocab, <lang>.arpa.bin")
+    lm.add_argument("--out", required=True, help="output directory for <lang>.sp.model and <lang>.arpa.bin")
     lm.add_argument("--vocab-size", dest="vocab_size", type=int, default=LM_DEFAULTS["vocab_size"],
                     help="SentencePiece vocabulary (CCNet: 65536); capped to what a small text allows, and said so")
     lm.add_argument("--order", type=int, default=LM_DEFAULTS["order"], help="n-gram order (default 5)")

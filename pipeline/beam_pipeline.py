@@ -6,6 +6,7 @@ reasons become ``Metrics.counter(step, reason)``.
 """
 from __future__ import annotations
 
+import math
 import sys
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
@@ -249,7 +250,27 @@ class WriteRejected(beam.PTransform):
         )
 
 
-QUANTILES = 11  # perplexity deciles per language in stats.json
+DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
+
+
+def perplexity_bin(doc: Document) -> tuple[tuple[str, int], int]:
+    return (doc["lang"], int(math.floor(math.log(max(doc["perplexity"], 1e-3), DECILE_BIN)))), 1
+
+
+def deciles(item: tuple[str, Iterable[tuple[int, int]]]) -> tuple[str, list[float]]:
+    """Deciles (0, 10, ..., 100th percentile) of one language's perplexity histogram."""
+    lang, bins = item
+    ordered = sorted(bins)
+    total = sum(count for _, count in ordered)
+    result, seen, it = [], 0, iter(ordered)
+    b, count = next(it)
+    for decile in range(11):
+        target = decile * (total - 1) / 10
+        while seen + count <= target:
+            seen += count
+            b, count = next(it)
+        result.append(round(DECILE_BIN ** (b + 0.5), 1))
+    return lang, result
 
 
 def partition_totals(doc: Document) -> tuple[tuple[str, str], tuple[int, int]]:
@@ -273,7 +294,7 @@ def corpus_summary(totals: dict[tuple[str, str], tuple[int, int]],
         entry["characters"] += characters
         entry["buckets"][bucket] = {"documents": documents, "characters": characters}
     for lang, values in quantiles.items():
-        summary[lang]["perplexity_deciles"] = [round(v, 1) for v in values]
+        summary[lang]["perplexity_deciles"] = values
     return summary
 
 
@@ -313,8 +334,11 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     quantiles = (
         docs
         | "ScoredOnly" >> beam.Filter(lambda d: d["perplexity"] is not None)
-        | "LangPerplexity" >> beam.Map(lambda d: (d["lang"], d["perplexity"]))
-        | "Deciles" >> beam.transforms.stats.ApproximateQuantiles.PerKey(QUANTILES)
+        | "PerplexityBin" >> beam.Map(perplexity_bin)
+        | "CountBins" >> beam.CombinePerKey(sum)
+        | "ByLanguage" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1])))
+        | "GroupBins" >> beam.GroupByKey()
+        | "Deciles" >> beam.Map(deciles)
         | "DecilesAsDict" >> beam.combiners.ToDict()
     )
     _ = (

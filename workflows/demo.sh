@@ -4,15 +4,21 @@
 #   2. run the pipeline with perplexity scoring (no cutoffs yet) to get the perplexity distribution
 #   3. compute CCNet-layout cutoff.csv from it
 #   4. run the pipeline again with head/middle/tail buckets
-# Each step is skipped when its output is already there and newer than what it is built from.
+# Each step is skipped when its output is already there and newer than what it is built from;
+# FORCE=1 redoes every step (the outputs are byte-identical: same input and config, same bytes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${DEMO_OUT:-out/demo}
 CONFIG=configs/corpus/sample.yaml
 
+FORCE=${FORCE:-0}
+LM_FLAGS=()
+[[ "$FORCE" == 1 ]] && LM_FLAGS=(--overwrite)
+
 fresh() {  # fresh OUTPUT INPUT...: true when OUTPUT exists and is newer than every INPUT
   local out=$1; shift
+  [[ "$FORCE" == 1 ]] && return 1
   [[ -e "$out" ]] || return 1
   for input in "$@"; do [[ "$input" -nt "$out" ]] && return 1; done
   return 0
@@ -21,7 +27,7 @@ fresh() {  # fresh OUTPUT INPUT...: true when OUTPUT exists and is newer than ev
 step() { echo; echo "== $*"; }
 
 step "1/4 language models -> $OUT/lm"
-$PY -m pipeline train-lm --config configs/lm/sample.yaml --out "$OUT/lm"
+$PY -m pipeline train-lm --config configs/lm/sample.yaml --out "$OUT/lm" "${LM_FLAGS[@]}"
 
 step "2/4 perplexity scoring -> $OUT/scored"
 if fresh "$OUT/scored/stats.json" $CONFIG "$OUT/lm" pipeline/*.py; then
