@@ -156,3 +156,16 @@ def test_bad_model_files_are_clear_errors(sample_lms, tmp_path):
     (tmp_path / "de.sp.model").write_bytes(b"not a protobuf")
     with pytest.raises(UserError, match="not a SentencePiece model"):
         check_models(str(tmp_path), None)
+
+
+def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
+    from pipeline.lm import train_lm
+
+    lines = split_reference("fr")[0][:5]
+    (tmp_path / "tiny.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = train_lm("fr", [str(tmp_path / "tiny.txt")], tmp_path / "lm", vocab_size=65536)
+    assert report.discount_fallback and "discount_fallback" in report.describe()
+    assert report.vocab_size < 65536 and report.ngrams[1] > 0
+    sp, lm = load(tmp_path / "lm", "fr")
+    assert document_perplexity("\n".join(lines[:3]), sp, lm) > 0
+
