@@ -28,7 +28,7 @@ def _summary(report: dict[str, Any], output: str) -> str:
     docs = read.get("documents", 0)
     lines.append(f"  read {docs} documents ({docs / max(report['elapsed_s'], 1e-9):.0f} documents/s), "
                  f"rejected {sum(v for k, v in read.items() if k.startswith('rejected_'))}")
-    for step in ("dedup", "lid", "perplexity", "write"):
+    for step in ("dedup", "lid", "neardup", "perplexity", "write"):
         if step in counters:
             lines.append(f"  {step}: " + ", ".join(f"{k}={v}" for k, v in counters[step].items()))
     langs = report["languages"]

@@ -1,7 +1,8 @@
-"""The Beam graph: read -> exact paragraph dedup -> language ID -> sharded Arrow + stats.
+"""The Beam graph: read -> exact paragraph dedup -> language ID -> near-dup -> perplexity ->
+sharded Arrow + stats.
 
 The DoFns are thin: the logic lives in the step modules (``warc``, ``dedup``, ``lid``,
-``sinks``, ``stats``); here they are wired together, models are loaded in ``setup()`` and drop
+``neardup``, ``perplexity``, ``sinks``, ``stats``); here they are wired together, models are loaded in ``setup()`` and drop
 reasons become ``Metrics.counter(step, reason)``.
 """
 from __future__ import annotations
@@ -12,17 +13,19 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
-from . import dedup, fs, sinks, stats
+from . import dedup, fs, neardup, sinks, stats
+from .counting import CountingDoFn
 from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig, SamplingConfig
 from .documents import Document, Drop, Rejected
 from .lid import LanguageIdentifier
+from .neardup import NearDedup
 from .perplexity import PerplexityScorer
 from .warc import RecordReader
 
 REJECTED = "rejected"
-REJECTED_SHARDS = 16
+NEAR_DUPLICATES = "near_duplicates"
+RECORD_SHARDS = 16
 ARTIFACTS = ("stats.json", "sampling.json")
 
 
@@ -32,20 +35,6 @@ def detect_format(path: str, configured: str) -> str:
         return configured
     name = path.rsplit("/", 1)[-1].lower().removesuffix(".gz")
     return "wet" if name.endswith(".wet") else "warc"
-
-
-class _Counted(beam.DoFn):
-    """A DoFn with cached Beam counters in one namespace (the step's name)."""
-
-    def __init__(self, step: str) -> None:
-        self.step = step
-        self._counters: dict[tuple[str, str], Any] = {}
-
-    def count(self, name: str, n: int = 1, step: str | None = None) -> None:
-        key = (step or self.step, name)
-        if key not in self._counters:
-            self._counters[key] = Metrics.counter(*key)
-        self._counters[key].inc(n)
 
 
 def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
@@ -71,7 +60,7 @@ class HashFile(beam.DoFn):
             yield part, (index, table)
 
 
-class ReadFiles(_Counted):
+class ReadFiles(CountingDoFn):
     """Dedup pass 2 (or the only read): documents without their duplicate paragraphs.
 
     Takes ``(file index, {"path": [path], "removed": [(ordinals, lines), ...]})``; rejected
@@ -141,7 +130,7 @@ class ReadAndDedup(beam.PTransform):
         )
 
 
-class StepFn(_Counted):
+class StepFn(CountingDoFn):
     """Runs a document step built in ``setup()`` (where models load); drops become counters."""
 
     def __init__(self, step: str, factory: Callable[[], Callable[[Document], Any]]) -> None:
@@ -187,7 +176,7 @@ def without_perplexity(doc: Document) -> Document:
     return {**doc, "perplexity": None, "bucket": "all"}
 
 
-class WriteShard(_Counted):
+class WriteShard(CountingDoFn):
     def __init__(self, output: str, fmt: str) -> None:
         super().__init__("write")
         self.output, self.fmt = output, fmt
@@ -229,22 +218,24 @@ class WriteCorpus(beam.PTransform):
         )
 
 
-class WriteRejected(beam.PTransform):
-    def __init__(self, output: str) -> None:
+class WriteRecords(beam.PTransform):
+    """Dict records -> ``<output>/<folder>/part-NNNNN.jsonl`` (16 shards by source file, sorted lines)."""
+
+    def __init__(self, output: str, folder: str) -> None:
         super().__init__()
-        self.output = output
+        self.output, self.folder = output, folder
 
-    def expand(self, rejected: beam.PCollection) -> beam.PCollection:
-        output = self.output
+    def expand(self, records: beam.PCollection) -> beam.PCollection:
+        output, folder = self.output, self.folder
 
-        def write(item: tuple[int, Iterable[Rejected]]) -> str:
-            path = fs.join(output, REJECTED, f"part-{item[0]:05d}.jsonl")
-            sinks.write_rejected(item[1], path)
+        def write(item: tuple[int, Iterable[dict[str, Any]]]) -> str:
+            path = fs.join(output, folder, f"part-{item[0]:05d}.jsonl")
+            sinks.write_jsonl(item[1], path)
             return path
 
         return (
-            rejected
-            | "KeyBySource" >> beam.Map(lambda r: (sinks.stable_hash(r.source) % REJECTED_SHARDS, r))
+            records
+            | "KeyBySource" >> beam.Map(lambda r: (sinks.stable_hash(r.get("source") or "") % RECORD_SHARDS, r))
             | "Group" >> beam.GroupByKey()
             | "Write" >> beam.Map(write)
         )
@@ -314,6 +305,14 @@ def write_sampling(totals: dict[tuple[str, str], tuple[int, int]], quantiles: di
     sinks.write_json(report, fs.join(output, "sampling.json"))
 
 
+def near_dedup(docs: beam.PCollection, cfg: CorpusConfig) -> beam.PCollection:
+    """The MinHash stage; removed documents go to ``near_duplicates/`` when asked."""
+    result = docs | "NearDedup" >> NearDedup(cfg.near_dedup)
+    if cfg.near_dedup.write_removed:
+        _ = result[neardup.REMOVED] | "WriteNearDuplicates" >> WriteRecords(cfg.output, NEAR_DUPLICATES)
+    return result.docs
+
+
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], languages: list[str],
                    cutoffs: dict[str, list[float]] | None) -> None:
     """Add the whole corpus graph for ``files`` to pipeline ``p``.
@@ -324,13 +323,20 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     indexed = p | "Files" >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
     read = indexed | "ReadAndDedup" >> ReadAndDedup(cfg.read, cfg.dedup, len(files), cfg.progress)
     docs, rejected = read.docs, read[REJECTED]
+    near = cfg.near_dedup
+    if near.enabled and near.position == "before_lid":
+        docs = near_dedup(docs, cfg)
     docs = docs | "LanguageID" >> beam.ParDo(StepFn("lid", language_identifier(cfg.lid)))
+    if near.enabled and near.position == "after_lid":
+        docs = near_dedup(docs, cfg)
     if cfg.perplexity.models:
         docs = docs | "Perplexity" >> beam.ParDo(StepFn("perplexity", perplexity_scorer(cfg.perplexity, languages, cutoffs)))
     else:
         docs = docs | "Bucket" >> beam.Map(without_perplexity)
+    if near.enabled and near.position == "after_perplexity":
+        docs = near_dedup(docs, cfg)
     _ = docs | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
-    _ = rejected | "WriteRejected" >> WriteRejected(cfg.output)
+    _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
     quantiles = (
         docs
         | "ScoredOnly" >> beam.Filter(lambda d: d["perplexity"] is not None)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from .errors import UserError
+from .neardup import NearDupConfig
 
 
 @dataclasses.dataclass
@@ -100,6 +101,7 @@ class CorpusConfig:
     dedup: DedupConfig = dataclasses.field(default_factory=DedupConfig)
     lid: LidConfig = dataclasses.field(default_factory=LidConfig)
     perplexity: PerplexityConfig = dataclasses.field(default_factory=PerplexityConfig)
+    near_dedup: NearDupConfig = dataclasses.field(default_factory=NearDupConfig)
     write: WriteConfig = dataclasses.field(default_factory=WriteConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     beam_options: list[str] = dataclasses.field(default_factory=list)
@@ -113,6 +115,9 @@ CHOICES = {
     "write.format": ("arrow", "parquet"),
     "sampling.unit": ("characters", "documents"),
     "perplexity.mode": ("document", "per_line"),
+    "near_dedup.shingle": ("auto", "word", "char"),
+    "near_dedup.scope": ("language", "global"),
+    "near_dedup.position": ("after_lid", "after_perplexity", "before_lid"),
 }
 RANGES = {
     "dedup.min_length": (0, None),
@@ -186,6 +191,10 @@ def _validate(cfg: CorpusConfig, source: str) -> None:
         for value in values:
             if value not in ("head", "middle", "tail", "all"):
                 raise UserError(f"{source}: {key} holds {value!r}; buckets are head, middle, tail, all")
+    try:
+        cfg.near_dedup.validate()
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
     for lang, value in cfg.lid.thresholds.items():
         if not 0.0 <= value <= 1.0:
             raise UserError(f"{source}: lid.thresholds.{lang}={value} is out of range [0, 1]")

@@ -13,8 +13,9 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    by MurmurHash3's finalizer, vectorised with numpy) and fed to datasketch's default MinHash
    scheme (``affine32``: the same permutations from ``MinHash(num_perm, seed)``, the same
    arithmetic), so a signature equals ``MinHash(num_perm, seed, hashfunc=int)`` updated with the
-   shingle hashes; only the hashing of shingles differs from datasketch's SHA-1 default, ~10x
-   faster. :func:`signatures` is the interface another backend would implement.
+   shingle hashes. Only the shingle hash differs from datasketch's default (SHA-1 of the shingle
+   string, one Python call per shingle): ~10x faster per document, estimates alike.
+   :func:`signatures` is the interface another backend would implement.
 3. **LSH.** The signature is cut into ``bands`` x ``rows``; ``(scope, band, hash of the band)``
    is a Beam key. Documents sharing a bucket are candidates. With ``verify`` (default), a
    member is linked to the smallest member whose estimated Jaccard (matching signature positions
@@ -22,16 +23,16 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    member is linked to the bucket's smallest id (a star, as datatrove does). Edges per bucket
    are linear in its size when members are alike.
 4. **Connected components** by the alternating large-star / small-star algorithm (Kiveris et
-   al., 2014), unrolled ``max_iterations`` times in the graph (a Beam graph is static; rounds
-   after convergence pass the edges through unchanged). At the end each component is a star
-   around its smallest id, the kept document; the others are removed with ``duplicate_of`` set
-   to it. A chain A~B~C is one cluster even if A and C are not alike.
+   al., 2014), unrolled ``max_iterations`` times in the graph (a Beam graph is static); once a
+   round changes nothing the edges leave the loop and the remaining rounds run empty. At the end
+   each component is a star around its smallest id, the kept document; the others are removed
+   with ``duplicate_of`` set to it. A chain A~B~C is one cluster even if A and C are not alike.
 5. **Join** by document id: kept documents get ``minhash_cluster_size`` (1 for singletons);
    removed ones are counted (``Metrics.counter("neardup", "near_duplicate")``) and, with
    ``write_removed``, emitted to the ``removed`` output.
 
-Document ids (WARC-Record-ID) are the graph's nodes and must be unique (exact dedup rejects
-repeats). The result depends only on the documents and the config, not on bundling or workers.
+Document ids (WARC-Record-ID) are the graph's nodes; they are unique in a crawl (documents
+sharing one are kept or removed together). The result depends only on the documents and the config, not on bundling or workers.
 """
 from __future__ import annotations
 
@@ -43,27 +44,31 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 
+from .counting import CountingDoFn
 from .documents import Document
 from .errors import UserError
 
 SHINGLES = ("auto", "word", "char")
 SCOPES = ("language", "global")
+POSITIONS = ("after_lid", "after_perplexity", "before_lid")
 CHAR_SHINGLE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"})
 """Languages (fastText lid.176 labels) written without spaces between words."""
 REMOVED = "removed"
 EMPTY = np.uint32(0xFFFFFFFF)
 """Every position of the signature of a document without shingles (datasketch's empty MinHash)."""
 
+CHAR_BASE = 0x100000001B3
+"""Base of the polynomial hash of a word's code points (odd, so invertible modulo 2**64)."""
+NGRAM_BASE = 0x9E3779B97F4A7C15
+"""Base of the polynomial hash of a shingle's units (word hashes or code points)."""
+
 _U64 = np.uint64
-_CHAR_BASE = 0x100000001B3  # odd, so invertible modulo 2**64
-_NGRAM_BASE = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
 _CHUNK_SHINGLES = 8192  # shingles permuted at once: (num_perm x chunk) uint32 stays in cache
 _BATCH_CHARS = 1 << 20  # characters hashed at once: the power tables (2 x 2**21 x 8 bytes) fit
@@ -96,7 +101,9 @@ class NearDupConfig:
     max_iterations: int = 20
     """Large-star/small-star rounds of the connected components (counter neardup/cc_not_converged > 0 if too few)."""
     write_removed: bool = False
-    """Emit removed documents (id, duplicate_of, url, lang, source, length) to the removed output."""
+    """Write removed documents (id, duplicate_of, url, lang, source, length) to <output>/near_duplicates/."""
+    position: str = "after_lid"
+    """Where the stage runs: after_lid (default), after_perplexity, or before_lid (needs scope: global)."""
 
     def validate(self) -> None:
         """Raise :class:`UserError` naming the first bad value."""
@@ -107,6 +114,10 @@ class NearDupConfig:
             fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
         if self.scope not in SCOPES:
             fail(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
+        if self.position not in POSITIONS:
+            fail(f"position must be one of {', '.join(POSITIONS)}, got {self.position!r}")
+        if self.position == "before_lid" and self.scope == "language":
+            fail("position before_lid needs scope: global (documents have no language yet)")
         for name in ("word_ngram", "char_ngram", "num_perm", "max_iterations"):
             if getattr(self, name) < 1:
                 fail(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -133,7 +144,7 @@ class NearDupConfig:
         return math.ceil(self.threshold * self.num_perm - 1e-9)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     """datasketch's ``MinHashLSH`` choice of (bands, rows) with equal FP/FN weights."""
     return _optimal_param(threshold, num_perm, 0.5, 0.5)
@@ -162,8 +173,8 @@ def _fold_table() -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``base**k`` and ``base**-k`` modulo 2**64 for k < n (numpy integer arithmetic wraps)."""
-    inverse = pow(_CHAR_BASE, -1, 1 << 64)
-    up, down = np.full(n, _CHAR_BASE, _U64), np.full(n, inverse, _U64)
+    inverse = pow(CHAR_BASE, -1, 1 << 64)
+    up, down = np.full(n, CHAR_BASE, _U64), np.full(n, inverse, _U64)
     up[0] = down[0] = 1
     return np.cumprod(up, dtype=_U64), np.cumprod(down, dtype=_U64)
 
@@ -207,7 +218,7 @@ def _ngram(values: Iterable[int]) -> int:
     """The polynomial n-gram hash of a short run of units, with Python integers (mod 2**64)."""
     h = 0
     for v in values:
-        h = (h * _NGRAM_BASE + int(v)) & _MASK64
+        h = (h * NGRAM_BASE + int(v)) & _MASK64
     return h
 
 
@@ -224,7 +235,7 @@ def shingle_hashes(texts: Sequence[str], kind: str, n: int) -> tuple[np.ndarray,
     m = len(units) - n + 1
     hashes = np.zeros(max(m, 0), _U64)
     for k in range(n if m > 0 else 0):
-        hashes = hashes * _U64(_NGRAM_BASE) + units[k:k + m]
+        hashes = hashes * _U64(NGRAM_BASE) + units[k:k + m]
     whole = owner[:m] == owner[n - 1:n - 1 + m] if m > 0 else np.zeros(0, bool)
     hashes, docs = hashes[whole], owner[:max(m, 0)][whole]
     counts = np.bincount(owner, minlength=len(texts))
@@ -382,22 +393,11 @@ def resolve(node: str, neighbors: Iterable[str]) -> tuple[str | None, int, bool]
     return smaller[0], 0, len(smaller) == 1 and len(linked) == 1
 
 
-class _Counted(beam.DoFn):
-    """A DoFn with cached counters in the ``neardup`` namespace."""
-
-    def __init__(self) -> None:
-        self._counters: dict[str, Any] = {}
-
-    def count(self, name: str, n: int = 1) -> None:
-        if name not in self._counters:
-            self._counters[name] = Metrics.counter("neardup", name)
-        self._counters[name].inc(n)
-
-
 class _Star(beam.DoFn):
-    """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets one 1 per bundle that changed."""
+    """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets a 1 per bundle that changed."""
 
     def __init__(self, small: bool) -> None:
+        super().__init__()
         self.step = small_star if small else large_star
         self.changed = False
 
@@ -421,8 +421,11 @@ class _Route(beam.DoFn):
         yield edge if any(changed) else beam.pvalue.TaggedOutput("done", edge)
 
 
-class _Resolve(_Counted):
+class _Resolve(CountingDoFn):
     """(node, neighbors) -> main ``(node, kept id)``, or ``(node, cluster size)`` to ``size`` if kept."""
+
+    def __init__(self) -> None:
+        super().__init__("neardup")
 
     def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, tuple[str, Any]]]:
         node, neighbors = item
@@ -444,21 +447,14 @@ def _by_larger(edge: tuple[str, str]) -> tuple[str, str]:
     return (edge[1], edge[0]) if edge[0] < edge[1] else edge
 
 
-class _CountRound(_Counted):
-    """Counts the rounds that changed the graph."""
-
-    def process(self, changes: int) -> None:
-        if changes:
-            self.count("cc_active_rounds")
-
-
 class ConnectedComponents(beam.PTransform):
     """Edges ``(a, b)`` -> main: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
 
     The kept id of a component is its smallest id. Each round is a large-star and a small-star
-    step; once a round changes nothing, the edges leave the loop and later rounds run empty.
-    Counters: ``cc_active_rounds`` (rounds that changed the graph) and ``cc_not_converged``
-    (nodes still unresolved after ``max_iterations`` rounds: they keep a smaller neighbor as parent).
+    step; once a round changes nothing (a side input tells), the edges leave the loop and later
+    rounds run empty, so the work follows the rounds needed, not ``max_iterations``. Nodes still
+    unresolved after the last round are counted as ``cc_not_converged`` (they keep a smaller
+    neighbor as parent: removals stay correct, a component may keep more than one document).
     """
 
     def __init__(self, max_iterations: int) -> None:
@@ -496,11 +492,11 @@ class ConnectedComponents(beam.PTransform):
 
 # --------------------------------------------------------------------------- Beam stage
 
-class BandKeys(_Counted):
+class BandKeys(CountingDoFn):
     """A batch of documents -> ``((scope, band, band hash), (id, signature bytes))`` per band."""
 
     def __init__(self, cfg: NearDupConfig) -> None:
-        super().__init__()
+        super().__init__("neardup")
         self.cfg = cfg
         self.bands, self.rows = cfg.band_rows()
 
@@ -528,11 +524,11 @@ class BandKeys(_Counted):
         self.count("signatures", len(batch))
 
 
-class CandidateEdges(_Counted):
+class CandidateEdges(CountingDoFn):
     """An LSH bucket -> its edges (:func:`bucket_edges`)."""
 
     def __init__(self, min_matches: int | None) -> None:
-        super().__init__()
+        super().__init__("neardup")
         self.min_matches = min_matches
 
     def process(self, item: tuple[Any, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
@@ -545,15 +541,15 @@ class CandidateEdges(_Counted):
         yield from edges
 
 
-class ApplyNearDup(_Counted):
+class ApplyNearDup(CountingDoFn):
     """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
 
     def __init__(self, write_removed: bool) -> None:
-        super().__init__()
+        super().__init__("neardup")
         self.write_removed = write_removed
 
     def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
-        doc_id, grouped = item
+        _, grouped = item
         parents, sizes = list(grouped["parent"]), list(grouped["size"])
         for doc in grouped["doc"]:
             self.count("documents_in")

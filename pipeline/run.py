@@ -11,7 +11,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 from . import fs, sinks
-from .beam_pipeline import ARTIFACTS, REJECTED, build_pipeline
+from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, build_pipeline
 from .config import CorpusConfig
 from .errors import UserError
 from .lid import check_model
@@ -49,6 +49,7 @@ def previous_outputs(output: str) -> list[str]:
     found = [fs.join(output, name) for name in ARTIFACTS if fs.exists(fs.join(output, name))]
     found += fs.match_optional(fs.join(output, "lang=*", "bucket=*", "part-*"))
     found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
+    found += fs.match_optional(fs.join(output, NEAR_DUPLICATES, "part-*"))
     return found
 
 
@@ -93,7 +94,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         "input_files": len(files),
         "counters": collect_counters(result),
         "languages": sampling["corpus"],
-        "config": {name: vars(getattr(cfg, name)) for name in ("read", "dedup", "lid", "perplexity", "write", "sampling")},
+        "config": {name: vars(getattr(cfg, name)) for name in ("read", "dedup", "lid", "near_dedup", "perplexity", "write", "sampling")},
     }
     sinks.write_json(report, fs.join(cfg.output, "stats.json"))
     report["elapsed_s"] = elapsed

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import fs
-from .documents import Document, Rejected
+from .documents import Document
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("url", pa.string()), ("date", pa.string()), ("digest", pa.string()),
     ("source", pa.string()), ("text", pa.string()), ("lang", pa.string()),
     ("lang_score", pa.float64()), ("perplexity", pa.float64()), ("bucket", pa.string()),
     ("nlines", pa.int32()), ("original_nlines", pa.int32()), ("length", pa.int32()),
-    ("original_length", pa.int32()),
+    ("original_length", pa.int32()), ("minhash_cluster_size", pa.int32()),
 ])
 FORMATS = {"arrow": ".arrow", "parquet": ".parquet"}
 BATCH_ROWS = 1024
@@ -74,10 +74,10 @@ def read_shard(path: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()
 
 
-def write_rejected(records: Iterable[Rejected], path: str) -> None:
-    """Rejected records as JSON lines, sorted by file and offset."""
-    rows = sorted(records, key=lambda r: (r.source, r.offset, r.reason, r.record_id))
-    body = "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+def write_jsonl(records: Iterable[dict[str, Any]], path: str) -> None:
+    """Records (rejected, near-duplicates) as sorted JSON lines."""
+    lines = sorted(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
+    body = "".join(line + "\n" for line in lines)
     fs.write_atomic(path, lambda stream: stream.write(body.encode("utf-8")))
 
 
