@@ -21,6 +21,7 @@ test-slow: setup
 bench: setup
 	$(PY) workflows/bench_pipeline.py
 	$(PY) workflows/bench_perplexity.py
+	$(PY) workflows/bench_neardup.py
 
 sdist: setup
 	$(PY) -m build --sdist --no-isolation -o dist .

@@ -113,3 +113,11 @@ def test_uncompressed_file_resyncs_after_bad_record():
     [bad] = [r for r in results if isinstance(r, Rejected)]
     assert (bad.reason, bad.raw) == ("unparseable", "garbage line\r\n\r\n")
     assert bad.offset == len(warc_record(b"first doc text"))
+
+
+def test_header_names_are_case_insensitive():
+    body = b"Some text\nmore text"
+    record = (b"WARC/1.0\r\nwarc-type: conversion\r\nWARC-TARGET-URI: https://x.org/\r\nWarc-Date: 2024-01-01T00:00:00Z\r\n"
+              b"warc-record-id: <urn:uuid:abc>\r\nContent-Length: %d\r\n\r\n" % len(body)) + body + b"\r\n\r\n"
+    [doc] = read(gz(record))
+    assert (doc["id"], doc["url"], doc["date"]) == ("<urn:uuid:abc>", "https://x.org/", "2024-01-01T00:00:00Z")
