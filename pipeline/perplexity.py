@@ -36,9 +36,9 @@ def perplexity(log10_score: float, length: int) -> float:
     return round(10.0 ** (-log10_score / length), 1)
 
 
-def score_text(text: str, sp: Any, lm: Any) -> tuple[float, int]:
-    """(KenLM log10 score, number of pieces + 1) of one normalized sequence."""
-    tokenized = " ".join(sp.encode(normalize(text), out_type=str))
+def score_normalized(normalized: str, sp: Any, lm: Any) -> tuple[float, int]:
+    """(KenLM log10 score, number of pieces + 1) of one already normalized sequence."""
+    tokenized = " ".join(sp.encode(normalized, out_type=str))
     return lm.score(tokenized), len(tokenized.split()) + 1
 
 
@@ -47,9 +47,10 @@ def document_perplexity(text: str, sp: Any, lm: Any, mode: str = "document") -> 
     lines = [text] if mode == "document" else text.split("\n")
     total, length = 0.0, 0
     for line in lines:
-        if not normalize(line):
+        normalized = normalize(line)
+        if not normalized:
             continue
-        score, n = score_text(line, sp, lm)
+        score, n = score_normalized(normalized, sp, lm)
         total, length = total + score, length + n
     return perplexity(total, length) if length else None
 

@@ -43,7 +43,7 @@ def ensure_models(work: Path) -> None:
 
 
 def sample_documents() -> list[dict]:
-    langs = {d["record_id"]: d["lang"] for d in json.loads((SAMPLE / "manifest.json").read_text())["documents"]}
+    langs = {d["id"]: d["lang"] for d in json.loads((SAMPLE / "manifest.json").read_text())["documents"]}
     docs = []
     for path in sorted(SAMPLE.glob("wet/*.warc.wet.gz")):
         with open(path, "rb") as f:
