@@ -104,6 +104,8 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
             rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
     except OSError:
         raise UserError(f"perplexity.cutoffs {path}: no such file") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{path}: not a CSV text file ({exc})") from None
     if len(rows) - 1 not in (100, 101):
         raise UserError(f"{path}: expected a header and a row per percentile 0..100 (or 0..99), "
                         f"got {max(len(rows) - 1, 0)} rows")
@@ -206,7 +208,10 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
         raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*) in it")
     values: dict[str, list[tuple[str, float]]] = {}
     for path in shards:
-        table = read_shard(path).select(["id", "lang", "perplexity"])
+        try:
+            table = read_shard(path).select(["id", "lang", "perplexity"])
+        except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise UserError(f"{path}: not a corpus shard ({str(exc).splitlines()[0]})") from None
         for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in ("id", "lang", "perplexity"))):
             if pp is not None:
                 values.setdefault(lang, []).append((doc_id, pp))

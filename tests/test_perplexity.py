@@ -169,3 +169,16 @@ def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
     sp, lm = load(tmp_path / "lm", "fr")
     assert document_perplexity("\n".join(lines[:3]), sp, lm) > 0
 
+
+
+def test_corrupt_cutoff_file_and_corrupt_shard_are_clear_errors(tmp_path):
+    from pipeline.perplexity import compute_cutoffs
+
+    (tmp_path / "cutoff.csv").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(UserError, match="not a CSV text file"):
+        read_cutoffs(str(tmp_path / "cutoff.csv"))
+    shard = tmp_path / "corpus" / "lang=de" / "bucket=all" / "part-00000.arrow"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"ARROW1 but not really" * 10)
+    with pytest.raises(UserError, match="part-00000.arrow: not a corpus shard"):
+        compute_cutoffs(str(tmp_path / "corpus"), 100, 0)
