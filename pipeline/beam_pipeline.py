@@ -181,9 +181,9 @@ class WriteShard(CountingDoFn):
         super().__init__("write")
         self.output, self.fmt = output, fmt
 
-    def process(self, item: tuple[tuple[str, str, int], Iterable[Document]]) -> Iterator[str]:
-        (lang, bucket, shard), docs = item
-        table = sinks.to_table(docs)
+    def process(self, item: tuple[tuple[str, str, int], Iterable[tuple]]) -> Iterator[str]:
+        (lang, bucket, shard), rows = item
+        table = sinks.rows_to_table(rows)
         path = sinks.shard_path(self.output, lang, bucket, shard, self.fmt)
         sinks.write_table(table, path, self.fmt)
         self.count("shards")
@@ -206,12 +206,13 @@ class WriteCorpus(beam.PTransform):
         )
         target = self.target
 
-        def assign(doc: Document, totals: dict[tuple[str, str], int]) -> tuple[tuple[str, str, int], Document]:
-            part = (doc["lang"], doc["bucket"])
-            return (*part, sinks.shard_of(doc, sinks.shard_count(totals[part], target))), doc
+        def assign(row: tuple, totals: dict[tuple[str, str], int]) -> tuple[tuple[str, str, int], tuple]:
+            part = (row[sinks.LANG], row[sinks.BUCKET])
+            return (*part, sinks.shard_of_id(row[sinks.ID], sinks.shard_count(totals[part], target))), row
 
         return (
             docs
+            | "AsRows" >> beam.Map(sinks.to_row)  # a tuple in schema order: far cheaper to encode than a dict
             | "AssignShard" >> beam.Map(assign, totals=beam.pvalue.AsDict(sizes))
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(WriteShard(self.output, self.fmt))

@@ -25,6 +25,7 @@ SCHEMA = pa.schema([
     ("original_length", pa.int32()), ("minhash_cluster_size", pa.int32()),
 ])
 FORMATS = {"arrow": ".arrow", "parquet": ".parquet"}
+ID, SOURCE, LANG, BUCKET = (SCHEMA.names.index(name) for name in ("id", "source", "lang", "bucket"))
 BATCH_ROWS = 1024
 
 
@@ -36,8 +37,8 @@ def shard_count(total_bytes: int, target_bytes: int) -> int:
     return max(1, math.ceil(total_bytes / target_bytes))
 
 
-def shard_of(doc: Document, n_shards: int) -> int:
-    return stable_hash(doc["id"]) % n_shards
+def shard_of_id(doc_id: str, n_shards: int) -> int:
+    return stable_hash(doc_id) % n_shards
 
 
 def partition_dir(output: str, lang: str, bucket: str) -> str:
@@ -48,9 +49,16 @@ def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str
     return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
 
 
-def to_table(docs: Iterable[Document]) -> pa.Table:
-    rows = sorted(docs, key=lambda d: (d["id"], d["source"]))
-    return pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=SCHEMA)
+def to_row(doc: Document) -> tuple:
+    """The document's values in schema order (columns it lacks are null)."""
+    return tuple(doc.get(name) for name in SCHEMA.names)
+
+
+def rows_to_table(rows: Iterable[tuple]) -> pa.Table:
+    """One shard's table, rows sorted by (id, source)."""
+    ordered = sorted(rows, key=lambda r: (r[ID], r[SOURCE]))
+    columns = list(zip(*ordered)) if ordered else [()] * len(SCHEMA.names)
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA)], schema=SCHEMA)
 
 
 def write_table(table: pa.Table, path: str, fmt: str) -> None:

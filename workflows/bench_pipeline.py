@@ -124,9 +124,9 @@ def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
         n = sinks.shard_count(sum(len(d["text"].encode()) for d in part), target)
         shards = collections.defaultdict(list)
         for doc in part:
-            shards[sinks.shard_of(doc, n)].append(doc)
+            shards[sinks.shard_of_id(doc["id"], n)].append(sinks.to_row(doc))
         for shard, rows in shards.items():
-            sinks.write_table(sinks.to_table(rows), sinks.shard_path(str(out), lang, bucket, shard, "arrow"), "arrow")
+            sinks.write_table(sinks.rows_to_table(rows), sinks.shard_path(str(out), lang, bucket, shard, "arrow"), "arrow")
             written += len(rows)
     return written
 
