@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
-from .config import describe, load_config
+from .config import describe, load_config, read_yaml
 from .errors import UserError
 
 RUN_EPILOG = """\
@@ -56,8 +57,6 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
 
 
 def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
-    from pathlib import Path
-
     from .lm import kenlm_bin_dir, train_lm
 
     if extra:
@@ -77,13 +76,8 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
 
 def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
     """Language -> reference text files, from --lang/--text or the --config file."""
-    import yaml
-
     if args.config:
-        try:
-            data = yaml.safe_load(open(args.config, encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise UserError(f"config {args.config}: no such file") from None
+        data = read_yaml(args.config)
         unknown = sorted(set(data) - {"languages", "vocab_size", "order", "memory", "seed"})
         if unknown:
             raise UserError(f"config {args.config}: unknown key {unknown[0]!r} (known: languages, vocab_size, order, memory, seed)")
@@ -93,7 +87,7 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
         languages = data.get("languages") or {}
         if not isinstance(languages, dict):
             raise UserError(f"config {args.config}: languages must map a language code to text files")
-        base = __import__("pathlib").Path(args.config).parent
+        base = Path(args.config).parent
         return {lang: [str(base / p) if not str(p).startswith("/") else str(p) for p in ([v] if isinstance(v, str) else v)]
                 for lang, v in languages.items()}
     if not args.lang or not args.text:

@@ -13,8 +13,12 @@ from typing import Any
 
 import yaml
 
+from .dedup import POLICIES
 from .errors import UserError
-from .neardup import NearDupConfig
+from .neardup import POSITIONS, SCOPES, SHINGLES, NearDupConfig
+from .perplexity import BUCKETS, MODES
+from .sinks import FORMATS
+from .stats import UNITS
 
 
 @dataclasses.dataclass
@@ -110,14 +114,14 @@ class CorpusConfig:
 
 CHOICES = {
     "read.format": ("auto", "wet", "warc"),
-    "dedup.policy": ("drop_all", "keep_first"),
+    "dedup.policy": POLICIES,
     "lid.below_threshold": ("drop", "unknown"),
-    "write.format": ("arrow", "parquet"),
-    "sampling.unit": ("characters", "documents"),
-    "perplexity.mode": ("document", "per_line"),
-    "near_dedup.shingle": ("auto", "word", "char"),
-    "near_dedup.scope": ("language", "global"),
-    "near_dedup.position": ("after_lid", "after_perplexity", "before_lid"),
+    "write.format": tuple(FORMATS),
+    "sampling.unit": UNITS,
+    "perplexity.mode": MODES,
+    "near_dedup.shingle": SHINGLES,
+    "near_dedup.scope": SCOPES,
+    "near_dedup.position": POSITIONS,
 }
 RANGES = {
     "dedup.min_length": (0, None),
@@ -189,8 +193,8 @@ def _validate(cfg: CorpusConfig, source: str) -> None:
         raise UserError(f"{source}: perplexity.head ({cfg.perplexity.head}) must not exceed perplexity.tail")
     for key, values in (("perplexity.drop_buckets", cfg.perplexity.drop_buckets), ("sampling.buckets", cfg.sampling.buckets)):
         for value in values:
-            if value not in ("head", "middle", "tail", "all"):
-                raise UserError(f"{source}: {key} holds {value!r}; buckets are head, middle, tail, all")
+            if value not in (*BUCKETS, "all"):
+                raise UserError(f"{source}: {key} holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
     try:
         cfg.near_dedup.validate()
     except UserError as exc:
@@ -215,21 +219,24 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     data[leaf] = value
 
 
+def read_yaml(path: str) -> dict[str, Any]:
+    """A YAML config file's top-level mapping; a missing or malformed file is a UserError."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config {path}: no such file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(loaded or {}, dict):
+        raise UserError(f"config {path}: expected a mapping at the top level")
+    return loaded or {}
+
+
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,
                 sets: list[str] | None = None) -> CorpusConfig:
     """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = read_yaml(path) if path else {}
     source = path or "command line"
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"config {path}: no such file") from None
-        except yaml.YAMLError as exc:
-            raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-        data = loaded or {}
-        if not isinstance(data, dict):
-            raise UserError(f"config {path}: expected a mapping at the top level")
     for item in sets or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -64,3 +64,10 @@ def test_train_lm_help_documents_every_option():
     out = cli("train-lm", "--help").stdout
     for flag in ("--lang", "--text", "--config", "--out", "--vocab-size", "--order", "--memory", "--seed", "--kenlm-bin", "--overwrite"):
         assert flag in out
+
+
+@pytest.mark.parametrize("command", [["run"], ["train-lm", "--out", "/tmp/polyglot-lm"]])
+def test_malformed_yaml_config_is_one_line(command, tmp_path):
+    (tmp_path / "bad.yaml").write_text("input: [a\n  b: :\n")
+    result = cli(*command, "--config", str(tmp_path / "bad.yaml"))
+    assert result.returncode == 2 and "not valid YAML" in result.stderr and "Traceback" not in result.stderr
