@@ -160,7 +160,8 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
+def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
+    """``cls`` built from a mapping, recursing into nested dataclasses; unknown keys and wrong types are UserErrors."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: {prefix or 'the config'} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -174,21 +175,30 @@ def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
     for name, value in data.items():
         hint, where = hints[name], f"{source}: {prefix}{name}"
         if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, value, f"{prefix}{name}.", source)
+            values[name] = build_dataclass(hint, value, source, f"{prefix}{name}.")
         else:
             values[name] = _coerce(value, hint, where)
     return cls(**values)
 
 
+def check_choices_and_ranges(cfg: Any, source: str, choices: dict[str, tuple[str, ...]],
+                             ranges: dict[str, tuple[Any, Any]]) -> None:
+    """UserError naming the first dotted key whose value is not among its choices or out of its range."""
+    for key, allowed in choices.items():
+        value = _get(cfg, key)
+        if value not in allowed:
+            raise UserError(f"{source}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+    for key, (low, high) in ranges.items():
+        value = _get(cfg, key)
+        if value is None:
+            continue
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise UserError(f"{source}: {key}={value} is out of range [{low if low is not None else '-∞'}, "
+                            f"{high if high is not None else '∞'}]")
+
+
 def _validate(cfg: CorpusConfig, source: str) -> None:
-    for key, choices in CHOICES.items():
-        value = _get(cfg, key)
-        if value not in choices:
-            raise UserError(f"{source}: {key} must be one of {', '.join(choices)}, got {value!r}")
-    for key, (low, high) in RANGES.items():
-        value = _get(cfg, key)
-        if value < low or (high is not None and value > high):
-            raise UserError(f"{source}: {key}={value} is out of range [{low}, {high if high is not None else '∞'}]")
+    check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     if cfg.perplexity.head > cfg.perplexity.tail:
         raise UserError(f"{source}: perplexity.head ({cfg.perplexity.head}) must not exceed perplexity.tail")
     for key, values in (("perplexity.drop_buckets", cfg.perplexity.drop_buckets), ("sampling.buckets", cfg.sampling.buckets)):
@@ -232,20 +242,31 @@ def read_yaml(path: str) -> dict[str, Any]:
     return loaded or {}
 
 
-def load_config(path: str | None, overrides: dict[str, Any] | None = None,
-                sets: list[str] | None = None) -> CorpusConfig:
-    """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
+def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None,
+                       sets: list[str] | None = None) -> dict[str, Any]:
+    """The YAML file's mapping (if any) with ``--set key=value`` strings (values read as YAML) and
+    direct overrides (None values ignored) applied at their dotted keys."""
     data: dict[str, Any] = read_yaml(path) if path else {}
-    source = path or "command line"
     for item in sets or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise UserError(f"--set {item!r}: expected key=value, e.g. dedup.policy=keep_first")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+            raise UserError(f"--set {item!r}: expected key=value, e.g. section.key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
+        _set_dotted(data, key.strip(), value)
     for key, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(data, key, value)
-    cfg = _build(CorpusConfig, data, "", source)
+    return data
+
+
+def load_config(path: str | None, overrides: dict[str, Any] | None = None,
+                sets: list[str] | None = None) -> CorpusConfig:
+    """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
+    source = path or "command line"
+    cfg = build_dataclass(CorpusConfig, merged_config_data(path, overrides, sets), source)
     _validate(cfg, source)
     if not cfg.input:
         raise UserError(f"{source}: no input: set input in the config or pass --input")
@@ -254,21 +275,27 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
     return cfg
 
 
-def describe(cls: type = CorpusConfig, prefix: str = "") -> list[str]:
+def describe(cls: type = CorpusConfig, prefix: str = "", choices_by_key: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """One line per config key with its default and documentation (for --help)."""
+    choices_by_key = CHOICES if choices_by_key is None else choices_by_key
     lines = []
     docs = _field_docs(cls)
     for field in dataclasses.fields(cls):
         hint = typing.get_type_hints(cls)[field.name]
         if dataclasses.is_dataclass(hint):
-            lines.extend(describe(hint, f"{prefix}{field.name}."))
+            lines.extend(describe(hint, f"{prefix}{field.name}.", choices_by_key))
             continue
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
-        choices = CHOICES.get(f"{prefix}{field.name}")
+        if field.default is not dataclasses.MISSING:
+            default = f"default {field.default!r}"
+        elif field.default_factory is not dataclasses.MISSING:
+            default = f"default {field.default_factory()!r}"
+        else:
+            default = "required"
+        choices = choices_by_key.get(f"{prefix}{field.name}")
         doc = docs.get(field.name, "")
         if choices:
             doc = f"{doc} One of: {', '.join(choices)}.".strip()
-        lines.append(f"  {prefix}{field.name} (default {default!r}){': ' + doc if doc else ''}")
+        lines.append(f"  {prefix}{field.name} ({default}){': ' + doc if doc else ''}")
     return lines
 
 

@@ -88,3 +88,15 @@ def sample_lms(tmp_path_factory) -> Path:
         (texts / f"{lang}.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
         train_lm(lang, [str(texts / f"{lang}.txt")], out, vocab_size=8000)
     return out
+
+
+@pytest.fixture(scope="session")
+def sample_corpus(tmp_path_factory) -> Path:
+    """The pipeline's output on the whole bundled WET sample (dedup, LID, near-dup; no perplexity,
+    so every document is in bucket 'all'), shared by the pretraining and evaluation tests."""
+    from pipeline.__main__ import main
+
+    out = tmp_path_factory.mktemp("sample-corpus") / "corpus"
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--output", str(out),
+                 "--set", "beam_options=[]", "--set", "write.shard_size_mb=0.25"]) == 0
+    return out

@@ -1,0 +1,48 @@
+"""A command line of lazily imported subcommands, shared by ``python -m pretrain`` and ``python -m xeval``.
+
+Each subcommand lives in its own module, which defines ``add_arguments(parser)`` and
+``main(args) -> int``. Only the chosen command's module is imported, so ``--help`` and light
+commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.errors.UserError`
+becomes one ``error:`` line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from pipeline.errors import UserError
+
+Commands = dict[str, tuple[str, str]]
+"""command name -> (module path, one-line help)."""
+
+
+def _overview(prog: str, doc: str, commands: Commands) -> str:
+    width = max(len(name) for name in commands)
+    lines = [f"usage: {prog} <command> [options]", "", doc.strip(), "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in commands.items()]
+    lines += ["", f"`{prog} <command> --help` lists every option of a command."]
+    return "\n".join(lines)
+
+
+def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` for the named subcommand and run it."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_overview(prog, doc, commands))
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in commands:
+        print(f"error: unknown command {name!r}; commands: {', '.join(commands)}", file=sys.stderr)
+        return 2
+    module_path, help_ = commands[name]
+    module = importlib.import_module(module_path)
+    parser = argparse.ArgumentParser(prog=f"{prog} {name}", description=(module.__doc__ or help_).strip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.main(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
