@@ -1,0 +1,238 @@
+"""DeepSpeed checkpoints of a training run, saved so that ``latest`` never names a broken one.
+
+Layout: ``<run>/checkpoints/step-<N>/`` holds DeepSpeed's files (model states with our ``client_state``:
+step, model config, tokenizer fingerprint and dir, rank 0's loader and RNG state; ZeRO optimizer
+partitions), ``trainer_state_rank<R>.pt`` (each rank's loader and RNG state) and ``meta.json`` (the
+client state without the per-rank parts, readable without torch). A save goes: DeepSpeed writes its
+files (``save_latest=False``), every rank writes its state file (temp name + rename), all ranks
+meet, rank 0 checks that every expected file is there and only then replaces ``latest`` (temp file +
+``os.replace``), and prunes to the newest ``keep`` complete checkpoints (never the one ``latest``
+names). A process killed anywhere in between leaves ``latest`` on the previous good checkpoint.
+
+Fault injection for tests: ``PRETRAIN_FAULT=<point>@<step>`` with point ``mid_save`` (DeepSpeed's
+files written, ``latest`` not yet moved) or ``after_save`` makes the process print
+``fault point <point> step <N>`` to stderr and sleep until it is killed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+
+TAG_PREFIX = "step-"
+LATEST = "latest"
+META = "meta.json"
+RANK_STATE = "trainer_state_rank{rank}.pt"
+
+
+def tag_for(step: int) -> str:
+    return f"{TAG_PREFIX}{step}"
+
+
+def step_of(tag: str) -> int | None:
+    """The step of a ``step-<N>`` tag, None for other names."""
+    suffix = tag[len(TAG_PREFIX):]
+    return int(suffix) if tag.startswith(TAG_PREFIX) and suffix.isdigit() else None
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's Python, numpy and torch (CPU and CUDA) random states."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def fault_point(point: str, step: int) -> None:
+    """Test hook (see the module doc): stop here until killed when ``PRETRAIN_FAULT`` names this point and step."""
+    if os.environ.get("PRETRAIN_FAULT") == f"{point}@{step}":
+        print(f"fault point {point} step {step}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(60)
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Write via ``write(tmp_path)`` then rename over ``path``, so readers see the old or the whole new file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    write(tmp)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def missing_files(tag_dir: Path, world_size: int) -> list[str]:
+    """What a complete checkpoint written by ``world_size`` ranks lacks in ``tag_dir`` (empty: complete)."""
+    missing = [RANK_STATE.format(rank=r) for r in range(world_size) if not (tag_dir / RANK_STATE.format(rank=r)).is_file()]
+    if not (tag_dir / META).is_file():
+        missing.append(META)
+    if not list(tag_dir.glob("*model_states.pt")):
+        missing.append("*model_states.pt")
+    optim = len(list(tag_dir.glob("*optim_states.pt")))
+    if optim != world_size:
+        missing.append(f"{world_size - optim} of {world_size} *optim_states.pt")
+    return missing
+
+
+def read_meta(tag_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((tag_dir / META).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {tag_dir}: no {META}; not a checkpoint written by `pretrain train` or an interrupted save") from None
+
+
+def is_complete(tag_dir: Path) -> bool:
+    return (tag_dir / META).is_file() and not missing_files(tag_dir, read_meta(tag_dir)["world_size"])
+
+
+class CheckpointManager:
+    """Saves, prunes and finds the checkpoints under ``directory`` for one rank of a run."""
+
+    def __init__(self, directory: Path, keep: int, rank: int, world_size: int) -> None:
+        self.directory = directory
+        self.keep = keep
+        self.rank = rank
+        self.world_size = world_size
+
+    def latest(self) -> str | None:
+        """The tag ``latest`` names, or None before the first complete save."""
+        try:
+            return (self.directory / LATEST).read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+
+    def save(self, engine: Any, step: int, meta: dict[str, Any], rank_state: dict[str, Any]) -> str:
+        """Save a checkpoint tagged ``step-<step>`` on every rank (collective); returns the tag."""
+        import deepspeed.comm as dist
+
+        tag = tag_for(step)
+        tag_dir = self.directory / tag
+        if self.rank == 0 and tag_dir.exists():
+            shutil.rmtree(tag_dir)  # left by an interrupted save or a run resumed from an older tag
+        dist.barrier()
+        client_state = {**meta, **rank_state}
+        engine.save_checkpoint(str(self.directory), tag=tag, client_state=client_state, save_latest=False)
+        fault_point("mid_save", step)
+        _write_atomic(tag_dir / RANK_STATE.format(rank=self.rank), lambda p: torch.save(rank_state, p))
+        if self.rank == 0:
+            _write_atomic(tag_dir / META, lambda p: p.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8"))
+        dist.barrier()
+        if self.rank == 0:
+            missing = missing_files(tag_dir, self.world_size)
+            if missing:
+                raise RuntimeError(f"checkpoint {tag_dir} is incomplete after saving (missing {', '.join(missing)}); "
+                                   f"`latest` still names {self.latest()}")
+            self.point_latest(tag)
+            self.prune()
+        dist.barrier()
+        fault_point("after_save", step)
+        return tag
+
+    def point_latest(self, tag: str) -> None:
+        """Make ``latest`` name ``tag`` (rank 0)."""
+        _write_atomic(self.directory / LATEST, lambda p: p.write_text(tag, encoding="utf-8"))
+
+    def prune(self) -> None:
+        """Keep the newest ``keep`` complete checkpoints and the one ``latest`` names; delete older and broken ones."""
+        latest = self.latest()
+        latest_step = step_of(latest) if latest else None
+        tags = sorted((step_of(p.name), p) for p in self.directory.iterdir() if p.is_dir() and step_of(p.name) is not None)
+        complete = [p for _, p in tags if is_complete(p)]
+        kept = {p.name for p in complete[-self.keep:]} | {latest}
+        for step, path in tags:
+            older_than_latest = latest_step is not None and step < latest_step
+            if path.name not in kept and (path in complete or older_than_latest):
+                shutil.rmtree(path)
+
+    def resolve(self, tag: str | None) -> str:
+        """The tag to resume from: ``tag``, or the one ``latest`` names; UserError when it is missing or broken."""
+        tag = tag or self.latest()
+        if tag is None:
+            raise UserError(f"--resume: no checkpoint in {self.directory} (no `{LATEST}` file)")
+        tag_dir = self.directory / tag
+        if not tag_dir.is_dir():
+            found = sorted(p.name for p in self.directory.iterdir() if p.is_dir()) if self.directory.is_dir() else []
+            raise UserError(f"--resume: no checkpoint {tag!r} in {self.directory} (found: {', '.join(found) or 'none'})")
+        meta = read_meta(tag_dir)
+        missing = missing_files(tag_dir, meta["world_size"])
+        if missing:
+            raise UserError(f"--resume: checkpoint {tag_dir} is incomplete (missing {', '.join(missing)})")
+        return tag
+
+    def load(self, engine: Any, tag: str, expected: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Load ``tag`` into ``engine`` after checking it was written for the same model, tokenizer and world
+        size as ``expected`` (meta keys); returns (meta, this rank's state)."""
+        tag_dir = self.directory / tag
+        meta = read_meta(tag_dir)
+        for key, what in (("model_config", "another model config"), ("tokenizer_fingerprint", "another tokenizer")):
+            if meta[key] != expected[key]:
+                raise UserError(f"--resume: checkpoint {tag_dir} was written for {what} ({key} differs: "
+                                f"{_diff(meta[key], expected[key])}); start a new run dir or resume the matching config")
+        if meta["world_size"] != self.world_size:
+            raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
+                            f"{self.world_size}: exact resume needs the same count (see README: universal checkpoints)")
+        load_path, _ = engine.load_checkpoint(str(self.directory), tag=tag)
+        if load_path is None:
+            raise UserError(f"--resume: DeepSpeed could not load {tag_dir}")
+        rank_state = torch.load(tag_dir / RANK_STATE.format(rank=self.rank), map_location="cpu", weights_only=False)
+        return meta, rank_state
+
+
+def _diff(saved: Any, current: Any) -> str:
+    if isinstance(saved, dict) and isinstance(current, dict):
+        keys = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        return "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys[:3])
+    return f"checkpoint {saved!r}, now {current!r}"
+
+
+def resolve_path(path: str, tag: str | None = None) -> tuple[Path, str]:
+    """(checkpoints dir, tag) for a run dir, a checkpoints dir (with ``latest``) or a ``step-<N>`` dir."""
+    root = Path(path)
+    if (root / META).is_file() or list(root.glob("*model_states.pt")):
+        if tag is not None and tag != root.name:
+            raise UserError(f"{path} is checkpoint {root.name}; --tag {tag} names another one")
+        return root.parent, root.name
+    if (root / "checkpoints").is_dir():
+        root = root / "checkpoints"
+    if not root.is_dir():
+        raise UserError(f"{path}: no such checkpoint, checkpoints or run directory")
+    manager = CheckpointManager(root, keep=1, rank=0, world_size=1)
+    return root, manager.resolve(tag)
+
+
+def load_for_inference(path: str, tag: str | None = None) -> tuple[Any, torch.nn.Module, str]:
+    """(ModelConfig, pretraining model with the checkpoint's fp32 weights, tokenizer dir) from a run dir,
+    checkpoints dir or checkpoint dir; ZeRO-1/2/3 partitions are merged by DeepSpeed's zero_to_fp32."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from pretrain.models import build_pretraining_model
+    from pretrain.models.config import model_config_from_dict
+
+    directory, tag = resolve_path(path, tag)
+    meta = read_meta(directory / tag)
+    cfg = model_config_from_dict(meta["model_config"], f"{directory / tag / META}")
+    model = build_pretraining_model(cfg)
+    state = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise UserError(f"checkpoint {directory / tag} does not match its model config: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    return cfg, model, meta["tokenizer_dir"]

@@ -1,0 +1,92 @@
+"""Training metrics: a JSONL file, TensorBoard scalars and a progress bar (rank 0), throughput and MFU."""
+from __future__ import annotations
+
+import json
+import math
+import resource
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "h200": 989e12}
+"""Dense bf16 peak FLOP/s per GPU by name fragment (NVIDIA data sheets, without sparsity)."""
+
+
+def default_peak_flops() -> float | None:
+    """Peak bf16 FLOP/s of this process's GPU by its name (A100 312e12, H100/H200 989e12); None on CPU or an unknown GPU."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name().lower()
+    return next((peak for key, peak in PEAK_FLOPS.items() if key in name), None)
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float | None, world_size: int) -> float | None:
+    """Model FLOPs utilisation: achieved training FLOP/s over the peak of all ``world_size`` devices."""
+    if not peak_flops:
+        return None
+    return flops_per_token * tokens_per_s / (peak_flops * world_size)
+
+
+def memory_gb() -> dict[str, float]:
+    """Peak accelerator memory allocated (GPU) or the process's peak resident set size (CPU), in GiB."""
+    if torch.cuda.is_available():
+        return {"mem_gb": torch.cuda.max_memory_allocated() / 2**30}
+    return {"rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+class MetricsLogger:
+    """Writes records to ``<run>/metrics.jsonl`` (appending across resumes) and TensorBoard ``<run>/tensorboard``,
+    and drives a tqdm bar; on ranks other than 0 every method does nothing."""
+
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool, total: int, initial: int) -> None:
+        self.enabled = enabled
+        self.file = None
+        self.writer = None
+        self.bar = None
+        if not enabled:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.file = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial + 1 if initial else None)
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def log(self, step: int, record: dict[str, Any]) -> None:
+        """Append ``record`` (numbers; None for missing) for ``step``."""
+        if not self.enabled:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        assert self.file is not None
+        self.file.write(json.dumps({"step": step, **clean}, sort_keys=True) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and value is not None:
+                    self.writer.add_scalar(key, value, step)
+        if self.bar is not None and "loss" in clean:
+            self.bar.set_postfix(loss=f"{clean['loss']:.4f}", lr=f"{clean.get('lr', 0):.2e}")
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        for handle in (self.file, self.writer, self.bar):
+            if handle is not None:
+                handle.close()
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, Any]]:
+    """The records of a metrics.jsonl by step; a step logged again after a resume keeps its last record,
+    merged with the step's other records (training and validation lines)."""
+    records: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        records.setdefault(record["step"], {}).update(record)
+    return records

@@ -1,0 +1,430 @@
+"""Pretrain XLM-R (MLM) or mDeBERTa-v3 (RTD) on token shards with DeepSpeed (ZeRO 1/2/3, bf16, multi-node).
+
+Launch one process (`python -m pretrain train --config C`), several local ranks
+(`deepspeed --num_nodes 1 --num_accelerators N --module pretrain train --config C`, or
+`torchrun --standalone --nproc_per_node N -m pretrain train --config C`) or many nodes
+(`deepspeed --hostfile hosts --module pretrain train --config C`; see workflows/train_multinode.sh).
+On CPU it runs with gloo in fp32. Writes <output>/metrics.jsonl, <output>/tensorboard/,
+<output>/checkpoints/step-<N>/ (+ `latest`), and at the end <output>/hf/ (HF transformers format).
+`--resume` continues from `latest` (or `--resume step-<N>`) with the same losses as an uninterrupted run.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipeline.config import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.errors import UserError
+from pretrain.loader import LoaderConfig
+
+
+@dataclasses.dataclass
+class OptimizerConfig:
+    lr: float = 5e-4
+    """Peak learning rate of AdamW."""
+    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.98])
+    """AdamW (beta1, beta2)."""
+    eps: float = 1e-6
+    """AdamW epsilon."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay; biases and LayerNorm weights get none."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0: no clipping)."""
+    torch_adam: bool | None = None
+    """Use torch's AdamW rather than DeepSpeed's fused/CPU Adam (null: torch's on CPU, where DeepSpeed's would be compiled first)."""
+
+
+@dataclasses.dataclass
+class ScheduleConfig:
+    warmup_steps: int = 0
+    """Steps of linear warmup from 0 to lr."""
+    decay: str = "linear"
+    """After warmup: linear or cosine decay to min_lr_ratio * lr at the last step, or constant."""
+    min_lr_ratio: float = 0.0
+    """Final learning rate as a fraction of lr."""
+
+
+@dataclasses.dataclass
+class IntervalConfig:
+    log: int = 10
+    """Write a metrics record every this many steps."""
+    validate: int = 0
+    """Per-language validation loss every this many steps (0: only at the end)."""
+    checkpoint: int = 1000
+    """Save a checkpoint every this many steps (and at the last step)."""
+    keep: int = 3
+    """Keep the newest this many checkpoints."""
+
+
+@dataclasses.dataclass
+class RunConfig:
+    model: str = "xlmr-base"
+    """Model config name (configs/models/<name>.yaml) or YAML path; vocab_size comes from the tokenizer."""
+    tokens: str = ""
+    """Token shards directory (`pretrain tokenize --out`)."""
+    tokenizer: str = ""
+    """Tokenizer directory (`pretrain tokenizer --out`) the shards were built with."""
+    output: str = ""
+    """Run directory: checkpoints/, metrics.jsonl, tensorboard/, hf/."""
+    deepspeed: str = "configs/deepspeed/zero2.json"
+    """DeepSpeed JSON (ZeRO stage, offload, buckets); batch sizes, optimizer, precision and clipping come from this file."""
+    steps: int = 1000
+    """Optimizer steps to train."""
+    global_batch_size: int | None = None
+    """Sequences per optimizer step over all ranks = loader.batch_size x grad_accum x world size (null: from grad_accum)."""
+    grad_accum: int | None = None
+    """Micro batches per optimizer step and rank (null: from global_batch_size, else 1)."""
+    seed: int = 0
+    """Seed of model init, dropout and RTD sampling (loader.seed drives data order and masking)."""
+    precision: str = "auto"
+    """auto (bf16 where the GPU supports it, else fp32), bf16 or fp32."""
+    activation_checkpointing: bool = False
+    """Recompute each encoder layer's activations in the backward pass (less memory, ~30% more compute)."""
+    compile: bool = False
+    """torch.compile the model (DeepSpeed engine.compile)."""
+    validation_batches: int = 20
+    """Validation batches per language (from the held-out split)."""
+    peak_flops: float | None = None
+    """Peak FLOP/s of one device for MFU (null: A100 312e12, H100/H200 989e12 by GPU name; no MFU on CPU)."""
+    tensorboard: bool = True
+    """Write TensorBoard scalars to <output>/tensorboard."""
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+    export_hf: bool = True
+    """Write <output>/hf (HF transformers format) after the last step."""
+    loader: LoaderConfig = dataclasses.field(default_factory=LoaderConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
+    intervals: IntervalConfig = dataclasses.field(default_factory=IntervalConfig)
+
+
+CHOICES = {"precision": ("auto", "bf16", "fp32"), "schedule.decay": ("linear", "cosine", "constant")}
+RANGES = {
+    "steps": (1, None),
+    "global_batch_size": (1, None),
+    "grad_accum": (1, None),
+    "validation_batches": (0, None),
+    "peak_flops": (1.0, None),
+    "optimizer.lr": (0.0, None),
+    "optimizer.eps": (0.0, None),
+    "optimizer.weight_decay": (0.0, None),
+    "optimizer.grad_clip": (0.0, None),
+    "schedule.warmup_steps": (0, None),
+    "schedule.min_lr_ratio": (0.0, 1.0),
+    "intervals.log": (1, None),
+    "intervals.validate": (0, None),
+    "intervals.checkpoint": (1, None),
+    "intervals.keep": (1, None),
+}
+RUN_OWNED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+                  "scheduler", "bf16", "fp16", "gradient_clipping")
+"""DeepSpeed JSON keys the run YAML sets; finding one in the JSON is an error rather than a silent override."""
+
+
+def load_run_config(path: str | None, sets: list[str] | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The run YAML with ``--set`` strings and overrides applied, checked (unknown keys, types, ranges, paths)."""
+    source = path or "command line"
+    cfg = build_dataclass(RunConfig, merged_config_data(path, overrides, sets), source)
+    check_choices_and_ranges(cfg, source, CHOICES, RANGES)
+    if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
+        raise UserError(f"{source}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
+    for key in ("tokens", "tokenizer", "output"):
+        if not getattr(cfg, key):
+            raise UserError(f"{source}: {key} is not set")
+    return cfg
+
+
+def batch_layout(cfg: RunConfig, world_size: int, source: str) -> tuple[int, int]:
+    """(grad_accum, global batch) with global = micro (loader.batch_size) x grad_accum x world_size; UserError if they do not fit."""
+    micro = cfg.loader.batch_size
+    per_step = micro * world_size
+    if cfg.global_batch_size is None:
+        accum = cfg.grad_accum or 1
+        return accum, per_step * accum
+    if cfg.global_batch_size % per_step:
+        raise UserError(f"{source}: global_batch_size {cfg.global_batch_size} is not divisible by loader.batch_size "
+                        f"{micro} x world size {world_size} = {per_step}")
+    accum = cfg.global_batch_size // per_step
+    if cfg.grad_accum is not None and cfg.grad_accum != accum:
+        raise UserError(f"{source}: global_batch_size {cfg.global_batch_size} != loader.batch_size {micro} x grad_accum "
+                        f"{cfg.grad_accum} x world size {world_size}; set one of global_batch_size, grad_accum")
+    return accum, cfg.global_batch_size
+
+
+def use_bf16(precision: str) -> bool:
+    """bf16 when asked, or for auto when a CUDA GPU supports it; fp32 otherwise (CPU)."""
+    import torch
+
+    if precision == "auto":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return precision == "bf16"
+
+
+def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, Any]:
+    """The DeepSpeed config dict: the JSON file's ZeRO settings plus batch sizes, AdamW, clipping and precision from ``cfg``."""
+    import torch
+
+    try:
+        ds = json.loads(Path(cfg.deepspeed).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{source}: deepspeed: no such file {cfg.deepspeed}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{cfg.deepspeed}: not valid JSON ({exc})") from None
+    clash = [k for k in RUN_OWNED_KEYS if k in ds]
+    if clash:
+        raise UserError(f"{cfg.deepspeed}: key {clash[0]!r} is set from the run config ({source}); remove it from the JSON")
+    stage = ds.get("zero_optimization", {}).get("stage", 0)
+    if stage not in (1, 2, 3):
+        raise UserError(f"{cfg.deepspeed}: zero_optimization.stage must be 1, 2 or 3, got {stage!r}")
+    accum, global_batch = batch_layout(cfg, world_size, source)
+    opt = cfg.optimizer
+    torch_adam = (not torch.cuda.is_available()) if opt.torch_adam is None else opt.torch_adam
+    ds.update({
+        "train_micro_batch_size_per_gpu": cfg.loader.batch_size,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": global_batch,
+        "gradient_clipping": opt.grad_clip,
+        "bf16": {"enabled": use_bf16(cfg.precision)},
+        "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": list(opt.betas), "eps": opt.eps,
+                                                  "weight_decay": opt.weight_decay, "torch_adam": torch_adam}},
+    })
+    if torch_adam:
+        ds["zero_force_ds_cpu_optimizer"] = False
+    return ds
+
+
+def lr_factor(step: int, schedule: ScheduleConfig, total_steps: int) -> float:
+    """Learning rate multiplier for optimizer update ``step`` (0-based): linear warmup, then decay."""
+    if step < schedule.warmup_steps:
+        return (step + 1) / schedule.warmup_steps
+    if schedule.decay == "constant":
+        return 1.0
+    progress = min(1.0, (step - schedule.warmup_steps) / max(1, total_steps - schedule.warmup_steps))
+    shape = 1.0 - progress if schedule.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return schedule.min_lr_ratio + (1.0 - schedule.min_lr_ratio) * shape
+
+
+def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: weight decay on matrices, none on biases and LayerNorm weights (1-d parameters)."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim > 1 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _mlm_loss(metrics: dict[str, Any]) -> Any:
+    """The masked-LM loss of a forward pass: XLM-R's mlm_loss or the RTD generator's gen_loss."""
+    return metrics["mlm_loss"] if "mlm_loss" in metrics else metrics["gen_loss"]
+
+
+class Trainer:
+    """One rank of a training run: engine, loader, checkpoints and metrics."""
+
+    def __init__(self, cfg: RunConfig, source: str) -> None:
+        import deepspeed
+        import deepspeed.comm as dist
+        import torch
+
+        from pretrain.checkpoint import CheckpointManager
+        from pretrain.flops import flops_per_token
+        from pretrain.loader import MLMLoader
+        from pretrain.models import build_pretraining_model, load_model_config
+        from pretrain.shards import TokenShards
+        from pretrain.tokenizer import Tokenizer
+
+        self.cfg = cfg
+        deepspeed.init_distributed(verbose=False)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        tokenizer = Tokenizer.load(cfg.tokenizer)
+        shards = TokenShards.open(cfg.tokens)
+        if shards.fingerprint != tokenizer.fingerprint:
+            raise UserError(f"{source}: token shards {cfg.tokens} were built with another tokenizer (fingerprint "
+                            f"{shards.fingerprint[:12]}…) than {cfg.tokenizer} ({tokenizer.fingerprint[:12]}…); "
+                            f"re-run `pretrain tokenize` with this tokenizer")
+        self.model_cfg = load_model_config(cfg.model, overrides={"vocab_size": tokenizer.vocab_size})
+        if cfg.loader.seq_len > self.model_cfg.max_sequence_length:
+            raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum "
+                            f"{self.model_cfg.max_sequence_length}")
+        self.ds_config = deepspeed_config(cfg, self.world_size, source)
+        self.accum = self.ds_config["gradient_accumulation_steps"]
+        self.meta = {"model_config": self.model_cfg.to_dict(), "tokenizer_fingerprint": tokenizer.fingerprint,
+                     "tokenizer_dir": str(Path(cfg.tokenizer).resolve()), "world_size": self.world_size,
+                     "run_config": dataclasses.asdict(cfg)}
+        self.flops_per_token = flops_per_token(self.model_cfg, cfg.loader.seq_len)
+        self.device_peak = cfg.peak_flops or _default_peak()
+
+        torch.manual_seed(cfg.seed)
+        model = build_pretraining_model(self.model_cfg)
+        if cfg.activation_checkpointing:
+            model.gradient_checkpointing_enable()
+        schedule, steps = cfg.schedule, cfg.steps
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=param_groups(model, cfg.optimizer.weight_decay), config=self.ds_config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, schedule, steps)))
+        if cfg.compile:
+            self.engine.compile()
+        self.loader = MLMLoader(shards, cfg.loader, rank=self.rank, world_size=self.world_size)
+        self.run_dir = Path(cfg.output)
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.intervals.keep, self.rank, self.world_size)
+        self.step = 0
+
+    def resume(self, tag: str | None) -> None:
+        """Load a checkpoint (``latest`` when ``tag`` is None): weights, optimizer, schedule, loader, RNG, step."""
+        import deepspeed.comm as dist
+
+        from pretrain.checkpoint import set_rng_state, step_of
+
+        tag = self.checkpoints.resolve(tag)
+        meta, rank_state = self.checkpoints.load(self.engine, tag, self.meta)
+        self.loader.load_state_dict(rank_state["loader"])
+        set_rng_state(rank_state["rng"])
+        self.step = meta["step"]
+        if self.rank == 0 and self.checkpoints.latest() != tag:
+            self.checkpoints.point_latest(tag)  # checkpoints after this one belong to an abandoned future
+        dist.barrier()
+        assert step_of(tag) == self.step
+
+    def train(self) -> dict[str, Any]:
+        """Train to ``cfg.steps``; returns the last training record."""
+        from pretrain.metrics import MetricsLogger
+
+        cfg = self.cfg
+        logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.tensorboard, cfg.progress, cfg.steps, self.step)
+        record: dict[str, Any] = {}
+        batches = iter(self.loader)
+        try:
+            while self.step < cfg.steps:
+                record = self._train_step(batches)
+                self.step += 1
+                last = self.step == cfg.steps
+                if self.step % cfg.intervals.log == 0 or last:
+                    logger.log(self.step, record)
+                if (cfg.intervals.validate and self.step % cfg.intervals.validate == 0) or last:
+                    logger.log(self.step, self.validate())
+                if self.step % cfg.intervals.checkpoint == 0 or last:
+                    self.save()
+                logger.advance()
+        finally:
+            logger.close()
+        if cfg.export_hf and self.rank == 0:
+            from pretrain.export import export
+
+            export(str(self.run_dir / "checkpoints"), None, str(self.run_dir / "hf"))
+        return record
+
+    def _train_step(self, batches: Iterator[dict[str, Any]]) -> dict[str, Any]:
+        """One optimizer step of ``accum`` micro batches; the record is averaged over micro batches and ranks."""
+        import deepspeed.comm as dist
+        import torch
+
+        from pretrain.metrics import memory_gb, mfu
+
+        start = time.perf_counter()
+        engine = self.engine
+        engine.train()
+        lr = engine.get_lr()[0]
+        sums: dict[str, Any] = {}
+        tokens = 0
+        for _ in range(self.accum):
+            batch = {k: v.to(engine.device) for k, v in next(batches).items()}
+            out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            engine.backward(out.loss)
+            engine.step()
+            for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
+                sums[key] = sums.get(key, 0.0) + value.float()
+            tokens += int(batch["attention_mask"].sum())
+        keys = sorted(sums)
+        totals = torch.stack([sums[k] for k in keys] + [torch.tensor(float(tokens), device=engine.device)]).double()
+        dist.all_reduce(totals)
+        elapsed = time.perf_counter() - start
+        values = (totals[:-1] / (self.accum * self.world_size)).tolist()
+        tokens_per_s = float(totals[-1]) / elapsed
+        grad_norm = engine.get_global_grad_norm()
+        return {**dict(zip(keys, values)), "lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm),
+                "step_time": elapsed, "tokens_per_s": tokens_per_s,
+                "mfu": mfu(self.flops_per_token, tokens_per_s, self.device_peak, self.world_size), **memory_gb()}
+
+    def validate(self) -> dict[str, float]:
+        """Per-language MLM loss and perplexity on the held-out split (every rank runs the same batches, so
+        ZeRO-3 gathers stay in step); the training RNG streams are left untouched."""
+        import torch
+
+        engine = self.engine
+        engine.eval()
+        record: dict[str, float] = {}
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            for lang in self.loader.languages:
+                loss_sum, count = 0.0, 0
+                for _, batch in zip(range(self.cfg.validation_batches), self.loader.valid_batches(lang)):
+                    batch = {k: v.to(engine.device) for k, v in batch.items()}
+                    out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+                    predicted = int((batch["labels"] != -100).sum())
+                    loss_sum += float(_mlm_loss(out.metrics)) * predicted
+                    count += predicted
+                if count:
+                    record[f"valid/{lang}/loss"] = loss_sum / count
+                    record[f"valid/{lang}/ppl"] = math.exp(min(loss_sum / count, 50.0))
+        engine.train()
+        return record
+
+    def save(self) -> str:
+        from pretrain.checkpoint import rng_state
+
+        meta = {**self.meta, "step": self.step}
+        return self.checkpoints.save(self.engine, self.step, meta, {"loader": self.loader.state_dict(), "rng": rng_state()})
+
+
+def _default_peak() -> float | None:
+    from pretrain.metrics import default_peak_flops
+
+    return default_peak_flops()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="run YAML (configs/pretrain/*.yaml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (value read as YAML), e.g. --set optimizer.lr=1e-4; repeatable")
+    parser.add_argument("--output", help="run directory (overrides `output`)")
+    parser.add_argument("--steps", type=int, help="optimizer steps (overrides `steps`)")
+    parser.add_argument("--deepspeed-config", dest="deepspeed", help="DeepSpeed JSON (overrides `deepspeed`)")
+    parser.add_argument("--resume", nargs="?", const="latest", metavar="TAG",
+                        help="continue from the checkpoint `latest` names, or from TAG (step-<N>)")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1,
+                        help="set by the deepspeed launcher (the rank comes from the environment)")
+    parser.epilog = "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
+
+
+def _single_process_env() -> None:
+    """Plain `python -m pretrain train`: a world of one, like the launchers would describe it."""
+    if "RANK" not in os.environ:
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = load_run_config(args.config, args.set, {"output": args.output, "steps": args.steps, "deepspeed": args.deepspeed})
+    _single_process_env()
+    trainer = Trainer(cfg, args.config)
+    if args.resume:
+        trainer.resume(None if args.resume == "latest" else args.resume)
+    record = trainer.train()
+    if trainer.rank == 0:
+        print(f"trained {trainer.step} steps: loss {record.get('loss', float('nan')):.4f}; run dir {cfg.output}")
+    return 0
