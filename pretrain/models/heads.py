@@ -1,0 +1,112 @@
+"""Heads on top of an encoder: the tied MLM head (sparse at masked positions by default), the two
+sequence-classification heads (HF names) and the replaced-token-detection head; output records."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+IGNORE = -100
+"""Label of a position that is not predicted."""
+
+
+@dataclasses.dataclass
+class PretrainOutput:
+    loss: torch.Tensor
+    """Scalar training loss (with its graph)."""
+    metrics: dict[str, torch.Tensor]
+    """Detached scalars for logging (xlmr/mlm: mlm_loss, mlm_acc; rtd: gen_loss, rtd_loss, disc_acc, ...)."""
+
+
+@dataclasses.dataclass
+class ClassifierOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    """[B, num_labels]."""
+
+
+class LMHead(nn.Module):
+    """``LayerNorm(gelu(dense(h))) @ E^T + bias`` with E the (tied) word embeddings."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.layer_norm(F.gelu(self.dense(hidden))), embedding_weight, self.bias)
+
+
+def masked_lm_logits(head: LMHead, hidden: torch.Tensor, embedding_weight: torch.Tensor, labels: torch.Tensor,
+                     sparse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits [M, V], targets [M], predicted [B, S] bool) at the M positions whose label is not -100.
+
+    Sparse: the head runs on those M positions only (at 250k vocabulary the dense head costs more
+    than the encoder); dense: on every position, then the M rows are taken."""
+    predicted = labels.ne(IGNORE)
+    if sparse:
+        logits = head(hidden[predicted], embedding_weight)
+    else:
+        logits = head(hidden, embedding_weight)[predicted]
+    return logits, labels[predicted], predicted
+
+
+def mean_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in fp32; 0 (with a graph) when nothing is predicted."""
+    if targets.numel() == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), targets)
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Share of rows whose argmax is the target (detached; 0 for no rows)."""
+    if targets.numel() == 0:
+        return logits.new_zeros((), dtype=torch.float32)
+    return (logits.detach().argmax(-1) == targets).float().mean()
+
+
+class RobertaClassificationHead(nn.Module):
+    """HF ``XLMRobertaClassificationHead``: dropout, dense, tanh, dropout, out_proj on the ``<s>`` token."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(classifier_dropout(cfg))
+        self.out_proj = nn.Linear(cfg.hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.dense(self.dropout(hidden[:, 0])))
+        return self.out_proj(self.dropout(x))
+
+
+class ContextPooler(nn.Module):
+    """HF DeBERTa ``ContextPooler``: gelu(dense(token 0)) (pooler dropout 0, as HF's default)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.dense(hidden[:, 0]))
+
+
+class RTDHead(nn.Module):
+    """Replaced-token detection: a logit per token, ``classifier(LayerNorm(gelu(dense(h))))``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.classifier = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.LayerNorm(F.gelu(self.dense(hidden)))).squeeze(-1)
+
+
+def classifier_dropout(cfg: ModelConfig) -> float:
+    return cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
