@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -219,6 +220,19 @@ def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def enable_activation_checkpointing(model: Any) -> int:
+    """Make every encoder layer (each ``LayerStack`` entry, generator and discriminator alike) recompute its
+    activations in the backward pass (non-reentrant torch checkpoint, dropout replayed); returns the count."""
+    from torch.utils.checkpoint import checkpoint
+
+    from pretrain.models.layers import LayerStack
+
+    layers = [layer for stack in model.modules() if isinstance(stack, LayerStack) for layer in stack.layer]
+    for layer in layers:
+        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
+    return len(layers)
+
+
 def _mlm_loss(metrics: dict[str, Any]) -> Any:
     """The masked-LM loss of a forward pass: XLM-R's mlm_loss or the RTD generator's gen_loss."""
     return metrics["mlm_loss"] if "mlm_loss" in metrics else metrics["gen_loss"]
@@ -263,7 +277,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         model = build_pretraining_model(self.model_cfg)
         if cfg.activation_checkpointing:
-            model.gradient_checkpointing_enable()
+            enable_activation_checkpointing(model)
         schedule, steps = cfg.schedule, cfg.steps
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=param_groups(model, cfg.optimizer.weight_decay), config=self.ds_config,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Multi-node pretraining with the DeepSpeed launcher (pdsh/ssh to every host in the hostfile).
+#
+#   workflows/train_multinode.sh HOSTFILE CONFIG [extra `pretrain train` options, e.g. --resume]
+#   HOSTFILE=workflows/hostfile.example, CONFIG=configs/pretrain/xlmr-base.yaml
+#
+# Requirements: passwordless ssh from this node to every host; the repo and its .venv at the same
+# path on every node; the token shards, tokenizer and run directory on a shared filesystem (every
+# rank reads shards; checkpoints are written by all ranks into one directory, `latest` by rank 0).
+#
+# Environment the launcher forwards to every rank: variables named in ~/.deepspeed_env or
+# ./.deepspeed_env (one NAME=value a line) plus the ones exported below. Usual settings:
+#   NCCL_SOCKET_IFNAME=eth0      the interface the nodes reach each other on (ip -br addr)
+#   NCCL_IB_DISABLE=1            no InfiniBand/RoCE (plain TCP); leave unset with IB
+#   NCCL_IB_HCA=mlx5             which HCAs to use with IB
+#   NCCL_DEBUG=INFO              print the transport NCCL chose (first thing to check when it hangs)
+#   NCCL_ASYNC_ERROR_HANDLING=1  / TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a dead rank aborts the job, not a hang
+#   GLOO_SOCKET_IFNAME=eth0      the same for gloo (CPU runs and torch's control plane)
+#   MASTER_ADDR / MASTER_PORT    rendezvous; the launcher uses the first host and 29500 (--master_addr/--master_port)
+#   OMP_NUM_THREADS=8            CPU threads per rank for data loading
+# torchrun alternative (run on every node; NODE_RANK 0..NNODES-1, MASTER_ADDR = node 0):
+#   torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node 8 \
+#            --master_addr $MASTER_ADDR --master_port 29500 -m pretrain train --config CONFIG
+# Resuming on another GPU count: see README (DeepSpeed universal checkpoints).
+set -euo pipefail
+HOSTFILE=${1:?usage: $0 HOSTFILE CONFIG [options]}
+CONFIG=${2:?usage: $0 HOSTFILE CONFIG [options]}
+shift 2
+cd "$(dirname "$0")/.."
+export NCCL_ASYNC_ERROR_HANDLING=${NCCL_ASYNC_ERROR_HANDLING:-1}
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+exec "${DEEPSPEED:-.venv/bin/deepspeed}" --hostfile "$HOSTFILE" --master_port "${MASTER_PORT:-29500}" \
+    --module pretrain train --config "$CONFIG" "$@"
