@@ -1,0 +1,186 @@
+"""The classifier to fine-tune and its tokenizer, from one of our checkpoints or an HF model directory.
+
+Engines:
+
+- ``ours``: this project's encoders (``pretrain.models.build_classifier`` /
+  ``classifier_from_pretrained``), loaded from a training checkpoint
+  (``pretrain.checkpoint.load_for_inference``) or an HF directory (``pretrain.models.hf.load_hf``:
+  XLM-R and DeBERTa-v2/v3 MaskedLM or SequenceClassification dirs); saved with ``save_hf``.
+- ``hf``: ``transformers.AutoModelForSequenceClassification`` on an HF directory (any architecture).
+- ``auto``: ``ours`` when the project's model code supports the input, else ``hf`` for an HF directory.
+
+The tokenizer is always HF's, from the model (or the checkpoint's tokenizer) directory, so sentence
+pairs are encoded exactly as HF encodes them (XLM-R ``<s> A </s></s> B </s>``, DeBERTa
+``[CLS] A [SEP] B [SEP]``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from pipeline.errors import UserError
+
+from .data import LABELS
+
+ENGINES = ("auto", "ours", "hf")
+OUR_MODEL_TYPES = {"xlm-roberta": "xlmr", "deberta-v2": "deberta-v3"}
+"""HF ``model_type`` -> our arch, for the model types our code converts."""
+
+
+@dataclasses.dataclass
+class Classifier:
+    """A sequence-pair classifier (``module(input_ids=, attention_mask=).logits``), ``save(module, dir)``, provenance."""
+
+    module: torch.nn.Module
+    save: Callable[[torch.nn.Module, Path], None]
+    info: dict[str, Any]
+
+
+def _hf_config(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path / 'config.json'}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def model_kind(path: str) -> str:
+    """``hf`` (a dir with config.json) or ``checkpoint`` (our run/checkpoints/step dir); else a UserError."""
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"--model {path}: no such file or directory")
+    if (root / "config.json").is_file():
+        return "hf"
+    if root.is_dir() and ((root / "checkpoints").is_dir() or (root / "latest").is_file()
+                          or (root / "meta.json").is_file() or list(root.glob("*model_states.pt"))):
+        return "checkpoint"
+    raise UserError(f"--model {path}: neither an HF model directory (config.json) nor a training run or checkpoint directory")
+
+
+def _ours_available() -> bool:
+    try:
+        from pretrain.models import build_classifier, classifier_from_pretrained  # noqa: F401
+        from pretrain.models.hf import load_hf, save_hf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def choose_engine(engine: str, path: str) -> str:
+    """The engine ``auto`` resolves to for ``path``; an impossible explicit choice is a UserError."""
+    kind = model_kind(path)
+    ours_ok = _ours_available() and (kind == "checkpoint" or _hf_config(Path(path)).get("model_type") in OUR_MODEL_TYPES)
+    if engine == "auto":
+        engine = "ours" if ours_ok else "hf"
+    if engine == "ours" and not ours_ok:
+        why = ("pretrain.models has no build_classifier / hf.load_hf yet" if not _ours_available()
+               else f"model_type {_hf_config(Path(path)).get('model_type')!r} is not one of {', '.join(OUR_MODEL_TYPES)}")
+        raise UserError(f"--engine ours cannot load {path}: {why}")
+    if engine == "hf" and kind != "hf":
+        raise UserError(f"--engine hf needs an HF model directory; {path} is a training checkpoint "
+                        "(use --engine ours or auto, or `python -m pretrain export` it first)")
+    return engine
+
+
+def load_tokenizer(directory: str) -> Any:
+    """HF's tokenizer for ``directory`` (AutoTokenizer; tokenizer dirs of ours hold both SP layouts)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError, TypeError) as exc:
+        if (Path(directory) / "sentencepiece.bpe.model").is_file():
+            from transformers import XLMRobertaTokenizer
+            return XLMRobertaTokenizer.from_pretrained(directory)
+        raise UserError(f"{directory}: no tokenizer HF can load ({str(exc).splitlines()[0]})") from None
+
+
+def weights_digest(path: Path) -> str:
+    """sha256 over the model's weight files (safetensors / bin), for provenance."""
+    digest = hashlib.sha256()
+    files = sorted(list(path.glob("*.safetensors")) + list(path.glob("*.bin")) + list(path.glob("*.pt")))
+    for file in files:
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest() if files else ""
+
+
+def check_label_set(where: str, names: list[str]) -> None:
+    """An existing classification head must have our 3 labels in our order (generic LABEL_i names pass)."""
+    if len(names) != len(LABELS):
+        raise UserError(f"{where}: a classifier with {len(names)} labels; NLI needs {len(LABELS)} "
+                        f"({', '.join(LABELS)}) (label set mismatch)")
+    if all(n.startswith("LABEL_") for n in names):
+        return
+    if [n.lower() for n in names] != list(LABELS):
+        raise UserError(f"{where}: classifier labels {names} are not {list(LABELS)} in this order (label set mismatch)")
+
+
+def _load_hf_engine(path: str, num_labels: int) -> Classifier:
+    from transformers import AutoModelForSequenceClassification
+
+    config = _hf_config(Path(path))
+    id2label = {i: name for i, name in enumerate(LABELS)}
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({str(exc).splitlines()[0]})") from None
+
+    def save(module: torch.nn.Module, out: Path) -> None:
+        module.save_pretrained(out)
+        load_tokenizer(path).save_pretrained(out)
+
+    info = {"engine": "hf", "class": type(model).__name__, "model_type": config.get("model_type")}
+    return Classifier(model, save, info)
+
+
+def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Classifier, str]:
+    from pretrain.models import Classifier as OurClassifier
+    from pretrain.models import classifier_from_pretrained
+    from pretrain.models.hf import load_hf, save_hf
+
+    if kind == "checkpoint":
+        from pretrain.checkpoint import load_for_inference
+        cfg, pretraining, tokenizer_dir = load_for_inference(path)
+        model = classifier_from_pretrained(cfg, pretraining.state_dict(), num_labels)
+    else:
+        cfg, loaded = load_hf(path)
+        tokenizer_dir = path
+        if isinstance(loaded, OurClassifier):
+            model = loaded
+        else:
+            model = classifier_from_pretrained(cfg, loaded.state_dict(), num_labels)
+
+    def save(module: torch.nn.Module, out: Path) -> None:
+        save_hf(module, cfg, out, tokenizer_dir=tokenizer_dir, labels=list(LABELS))
+
+    info = {"engine": "ours", "class": type(model).__name__, "arch": cfg.arch,
+            "model_config": dataclasses.asdict(cfg)}
+    return Classifier(model, save, info), tokenizer_dir
+
+
+def load_classifier(path: str, engine: str, num_labels: int = len(LABELS)) -> tuple[Classifier, Any]:
+    """(classifier with a fresh NLI head drawn from torch's current RNG, HF tokenizer) for ``--model path``."""
+    engine = choose_engine(engine, path)
+    kind = model_kind(path)
+    if kind == "hf":
+        config = _hf_config(Path(path))
+        if any("ForSequenceClassification" in a for a in config.get("architectures") or []):
+            names = config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))}
+            check_label_set(f"{path}/config.json", [str(v) for _, v in sorted(names.items(), key=lambda kv: int(kv[0]))])
+    if engine == "ours":
+        classifier, tokenizer_dir = _load_ours(path, kind, num_labels)
+    else:
+        classifier, tokenizer_dir = _load_hf_engine(path, num_labels), path
+    tokenizer = load_tokenizer(tokenizer_dir)
+    classifier.info.update({"path": str(Path(path).resolve()), "kind": kind, "tokenizer_dir": str(tokenizer_dir),
+                            "tokenizer_class": type(tokenizer).__name__,
+                            "weights_sha256": weights_digest(Path(path)) if kind == "hf" else "",
+                            "parameters": sum(p.numel() for p in classifier.module.parameters())})
+    return classifier, tokenizer

@@ -1,0 +1,263 @@
+"""Zero-shot cross-lingual XNLI: fine-tune on English NLI (or every language's training file with
+--translate-train-all), choose the checkpoint on the selection languages' dev sets (default:
+English dev), test every language, for several seeds; write results.json, report.md, report.html
+and plots under --out.
+
+--model takes an HF model directory (config.json, weights, tokenizer files; e.g. from `python -m
+pretrain export`) or one of our training runs / checkpoints. --data is a folder holding the real
+files (found anywhere below it): XNLI-1.0 xnli.dev.tsv + xnli.test.tsv, XNLI-MT-1.0
+multinli/multinli.train.<lang>.tsv or MultiNLI multinli_1.0_train.jsonl, or HF `datasets` xnli
+saved per language (<lang>/train|validation|test as save_to_disk dirs or Parquet files).
+Multi-GPU / multi-node: start it under the DeepSpeed launcher or torchrun (RANK/WORLD_SIZE set);
+each rank trains on its share of every batch.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.errors import UserError
+
+from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
+from .model import ENGINES
+
+SCHEMA = "xeval.xnli/1"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclasses.dataclass
+class XnliConfig:
+    languages: list[str] = dataclasses.field(default_factory=lambda: list(XNLI_LANGUAGES))
+    """Test languages (XNLI codes); every one needs dev and test data."""
+    selection_languages: list[str] = dataclasses.field(default_factory=lambda: ["en"])
+    """Checkpoint selection: mean dev accuracy over these languages (zero-shot protocol: en)."""
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [1, 2, 3])
+    """One fine-tuning run per seed (head init, data order, dropout); the report gives mean ± std."""
+    learning_rate: float = 2e-5
+    """AdamW peak learning rate."""
+    epochs: int = 3
+    """Passes over the training set; dev is evaluated after each (and every eval_every steps)."""
+    batch_size: int = 32
+    """Global batch size (split over data-parallel ranks)."""
+    eval_batch_size: int = 128
+    """Batch size for dev/test evaluation."""
+    max_length: int = 128
+    """Tokens per pair after HF's pair encoding (longest-first truncation)."""
+    warmup: float = 0.1
+    """Linear warmup: a fraction of all steps (< 1) or a number of steps (>= 1); then linear decay to 0."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not on biases and LayerNorm weights)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0: off)."""
+    eval_every: int = 0
+    """Also evaluate dev every this many steps (0: only at epoch ends)."""
+    translate_train_all: bool = False
+    """Train on every test language's training file found (XNLI-MT multinli.train.<lang>.tsv / HF <lang>/train)."""
+    max_train_examples: int = 0
+    """Use only the first N training examples per language (0: all); for quick runs."""
+    skip_malformed: bool = False
+    """Skip malformed lines (counted, first locations in results.json) instead of stopping at the first."""
+    engine: str = "auto"
+    """Model code: ours (pretrain.models), hf (transformers AutoModelForSequenceClassification), auto."""
+    device: str = "auto"
+    """auto (cuda when available), cpu or cuda."""
+    bf16: bool = False
+    """bfloat16 autocast (GPU)."""
+    save_models: bool = False
+    """Write each seed's selected fine-tuned model (HF format) to <out>/models/seed-<s>."""
+    dataset_name: str = "XNLI"
+    """Name of the evaluation data, printed in the report (e.g. 'NLI smoke set')."""
+    data_note: str = ""
+    """A note printed at the top of the report, e.g. 'smoke set, not XNLI: not comparable to published numbers'."""
+
+
+CHOICES = {"engine": ENGINES, "device": DEVICES}
+RANGES = {"learning_rate": (0.0, None), "epochs": (1, None), "batch_size": (1, None), "eval_batch_size": (1, None),
+          "max_length": (8, None), "warmup": (0.0, None), "weight_decay": (0.0, None), "max_grad_norm": (0.0, None),
+          "eval_every": (0, None), "max_train_examples": (0, None)}
+
+
+def load_config(path: str | None, overrides: dict[str, Any], sets: list[str]) -> XnliConfig:
+    source = path or "command line"
+    cfg = build_dataclass(XnliConfig, merged_config_data(path, overrides, sets), source)
+    check_choices_and_ranges(cfg, source, CHOICES, RANGES)
+    unknown = [lang for lang in cfg.languages if lang not in XNLI_LANGUAGES]
+    if unknown or not cfg.languages:
+        raise UserError(f"{source}: languages {unknown or '[]'} are not XNLI languages ({' '.join(XNLI_LANGUAGES)})")
+    cfg.languages = [lang for lang in XNLI_LANGUAGES if lang in cfg.languages]
+    outside = [lang for lang in cfg.selection_languages if lang not in cfg.languages]
+    if outside or not cfg.selection_languages:
+        raise UserError(f"{source}: selection_languages {outside or '[]'} must be among languages ({' '.join(cfg.languages)})")
+    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
+        raise UserError(f"{source}: seeds must be a non-empty list of distinct integers, got {cfg.seeds}")
+    return cfg
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF model dir (config.json + weights + tokenizer) or our run/checkpoint dir")
+    parser.add_argument("--data", required=True, help="folder with the XNLI / XNLI-MT / MultiNLI / HF datasets files")
+    parser.add_argument("--out", required=True, help="report folder (results.json, report.md, report.html, *.png)")
+    parser.add_argument("--config", help="YAML config (configs/xnli/*.yaml); options below override it")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--languages", type=_csv, help="comma-separated test languages, or 'all' (default: the 15 XNLI languages)")
+    parser.add_argument("--select", type=_csv, dest="selection_languages", help="selection languages (dev), default en")
+    parser.add_argument("--seeds", type=lambda v: [int(x) for x in _csv(v)], help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument("--lr", type=float, dest="learning_rate", help="peak learning rate (default 2e-5)")
+    parser.add_argument("--epochs", type=int, help="epochs (default 3)")
+    parser.add_argument("--batch-size", type=int, help="global batch size (default 32)")
+    parser.add_argument("--max-length", type=int, help="max tokens per pair (default 128)")
+    parser.add_argument("--warmup", type=float, help="warmup fraction (<1) or steps (default 0.1)")
+    parser.add_argument("--translate-train-all", action="store_const", const=True, help="train on every language's training file")
+    parser.add_argument("--max-train-examples", type=int, help="first N training examples per language (0: all)")
+    parser.add_argument("--skip-malformed", action="store_const", const=True, help="skip and count malformed lines")
+    parser.add_argument("--engine", choices=ENGINES, help="model code (default auto)")
+    parser.add_argument("--device", choices=DEVICES, help="device (default auto)")
+    parser.add_argument("--save-models", action="store_const", const=True, help="save each seed's selected model")
+    parser.add_argument("--dataset-name", help="name of the data in the report (default XNLI)")
+    parser.add_argument("--data-note", help="note at the top of the report, e.g. 'smoke set, not XNLI'")
+    parser.epilog = "config keys (YAML or --set):\n" + "\n".join(describe(XnliConfig, "", CHOICES))
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    keys = [f.name for f in dataclasses.fields(XnliConfig)]
+    out = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if out.get("languages") == ["all"]:
+        out["languages"] = list(XNLI_LANGUAGES)
+    return out
+
+
+def _device(choice: str) -> str:
+    import torch
+
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device available")
+    index = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
+
+
+def _train_languages(root: Path, cfg: XnliConfig) -> list[str]:
+    """en, plus (translate-train-all) every test language with a training file."""
+    if not cfg.translate_train_all:
+        return ["en"]
+    found = []
+    for lang in cfg.languages:
+        try:
+            discover(root, "train", lang)
+            found.append(lang)
+        except UserError:
+            continue
+    if "en" not in found:
+        discover(root, "train", "en")
+    return found
+
+
+def _cut(nli: Any, limit: int) -> Any:
+    if limit and len(nli) > limit:
+        nli.premises, nli.hypotheses, nli.labels = nli.premises[:limit], nli.hypotheses[:limit], nli.labels[:limit]
+    return nli
+
+
+def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> dict[str, Any] | None:
+    """The whole evaluation; returns the results (rank 0) after writing them and the reports."""
+    import torch
+    import transformers
+
+    from . import report
+    from .finetune import Encoded, TrainConfig, encode, finetune, init_distributed, scores, confusion, seed_everything
+    from .model import load_classifier
+
+    root = Path(data)
+    device = _device(cfg.device)
+    dist = init_distributed(device)
+    if dist.world > 1 and cfg.batch_size % dist.world:
+        raise UserError(f"batch_size {cfg.batch_size} is not a multiple of the {dist.world} ranks")
+    if dist.rank:
+        log = lambda *_: None  # noqa: E731 - only rank 0 talks
+    train_langs = _train_languages(root, cfg)
+    eval_langs = cfg.languages
+    train_sets, train_logs = load_split(root, "train", tuple(train_langs), cfg.skip_malformed)
+    dev_sets, dev_logs = load_split(root, "dev", tuple(eval_langs), cfg.skip_malformed)
+    test_sets, test_logs = load_split(root, "test", tuple(eval_langs), cfg.skip_malformed)
+    for nli in train_sets.values():
+        _cut(nli, cfg.max_train_examples)
+    tcfg = TrainConfig(cfg.learning_rate, cfg.epochs, cfg.batch_size, cfg.eval_batch_size, cfg.max_length, cfg.warmup,
+                       cfg.weight_decay, cfg.max_grad_norm, cfg.eval_every, device, cfg.bf16)
+    out_dir = Path(out)
+    seeds_out: list[dict[str, Any]] = []
+    tokens: dict[str, dict[str, Encoded]] = {}
+    model_info: dict[str, Any] = {}
+    started = time.time()
+    for seed in cfg.seeds:
+        seed_everything(seed)
+        classifier, tokenizer = load_classifier(model, cfg.engine)
+        model_info = classifier.info
+        if not tokens:
+            train = [encode(tokenizer, train_sets[lang], cfg.max_length) for lang in train_langs]
+            tokens["train"] = {"all": Encoded([i for e in train for i in e.ids], [y for e in train for y in e.labels])}
+            tokens["dev"] = {lang: encode(tokenizer, dev_sets[lang], cfg.max_length) for lang in eval_langs}
+            tokens["test"] = {lang: encode(tokenizer, test_sets[lang], cfg.max_length) for lang in eval_langs}
+            log(f"data: train {len(tokens['train']['all'].labels)} pairs ({', '.join(train_langs)}), "
+                f"dev/test {len(eval_langs)} languages")
+        pad_id = tokenizer.pad_token_id
+        fit = finetune(classifier, tokens["train"]["all"], tokens["dev"], cfg.selection_languages, pad_id, tcfg, seed, dist, log)
+        result = {"seed": seed, **fit,
+                  "dev": {lang: scores(confusion(classifier, tokens["dev"][lang], pad_id, tcfg, dist)) for lang in eval_langs},
+                  "test": {lang: scores(confusion(classifier, tokens["test"][lang], pad_id, tcfg, dist)) for lang in eval_langs}}
+        log(f"seed {seed}: selected epoch {fit['selected']['epoch']} step {fit['selected']['step']}; test "
+            + " ".join(f"{lang} {result['test'][lang]['accuracy']:.4f}" for lang in eval_langs))
+        if cfg.save_models and dist.rank == 0:
+            classifier.save(classifier.module, out_dir / "models" / f"seed-{seed}")
+        seeds_out.append(result)
+    if dist.rank:
+        return None
+    results = {
+        "schema": SCHEMA,
+        "task": "xnli",
+        "mode": "translate-train-all" if cfg.translate_train_all else "zero-shot cross-lingual transfer",
+        "labels": list(LABELS),
+        "languages": eval_langs,
+        "selection": {"split": "dev", "languages": cfg.selection_languages,
+                      "rule": "highest mean dev accuracy over the selection languages among the evaluation points "
+                              "(end of each epoch, and every eval_every steps); earliest on ties; test evaluated once, "
+                              "on the selected weights"},
+        "config": dataclasses.asdict(cfg),
+        "model": model_info,
+        "data": {"root": str(root.resolve()), "name": cfg.dataset_name, "note": cfg.data_note,
+                 "train_languages": train_langs,
+                 "files": {"train": _logs(train_logs), "dev": _logs(dev_logs), "test": _logs(test_logs)}},
+        "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
+                        "device": device.split(":")[0], "world_size": dist.world},
+        "seeds": seeds_out,
+    }
+    results["summary"] = report.summarize(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / "results.json")
+    report.render([results], out_dir)
+    log(f"wrote {out_dir}/results.json, report.md, report.html ({time.time() - started:.0f} s)")
+    return results
+
+
+def _logs(logs: list[ReadLog]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(log) for log in logs]
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, _overrides(args), args.set)
+    run(args.model, args.data, args.out, cfg, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    return 0
