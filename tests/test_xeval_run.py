@@ -1,0 +1,205 @@
+"""xeval xnli end to end on a tiny XLM-R and the hand-made format fixtures: the independent HF
+evaluation path, determinism, selection, reports, models from `pretrain export` and HF dirs, bad input."""
+from __future__ import annotations
+
+import html.parser
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from pretrain_fixtures import sample_tokenizer  # noqa: F401  (session fixture)
+
+FIXTURES = Path(__file__).parent / "data" / "xnli"
+LANGS = "en,fr,de,zh,ar,sw"
+ARGS = ["--epochs", "3", "--batch-size", "8", "--lr", "2e-3", "--warmup", "0", "--max-length", "64", "--device", "cpu",
+        "--dataset-name", "xeval test fixtures", "--data-note", "hand-made format fixtures, not XNLI"]
+
+
+@pytest.fixture(scope="module")
+def exported(sample_tokenizer: Path, tmp_path_factory) -> Path:  # noqa: F811
+    """A tiny XLM-R written by save_hf with the sample tokenizer: what `pretrain export` writes."""
+    from pretrain.models import build_pretraining_model, load_model_config
+    from pretrain.models.hf import save_hf
+    from pretrain.tokenizer import Tokenizer
+
+    cfg = load_model_config("xlmr-tiny", {"vocab_size": Tokenizer.load(sample_tokenizer).vocab_size})
+    torch.manual_seed(0)
+    return save_hf(build_pretraining_model(cfg), cfg, tmp_path_factory.mktemp("exported"), tokenizer_dir=sample_tokenizer)
+
+
+def xeval(*argv: str) -> int:
+    from xeval.__main__ import main
+    return main(list(argv))
+
+
+@pytest.fixture(scope="module")
+def run(exported: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
+                 "--seeds", "1,2", "--save-models", *ARGS) == 0
+    return out
+
+
+def test_results_schema_and_selection(run: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    assert results["languages"] == ["en", "fr", "de", "ar", "zh", "sw"]
+    assert results["selection"]["languages"] == ["en"] and results["model"]["engine"] == "ours"
+    assert results["data"]["note"] == "hand-made format fixtures, not XNLI"
+    assert [s["seed"] for s in results["seeds"]] == [1, 2]
+    for seed in results["seeds"]:
+        assert len(seed["history"]) == 3  # one dev evaluation per epoch
+        best = max(seed["history"], key=lambda p: p["score"])
+        assert seed["selected"]["score"] == best["score"]
+        assert seed["selected"] == next(p for p in seed["history"] if p["score"] == best["score"])  # earliest
+        assert seed["dev"]["en"]["accuracy"] == seed["selected"]["dev"]["en"]  # the selected weights were kept
+        for lang in results["languages"]:
+            test = seed["test"][lang]
+            assert test["n"] == 6 and sum(map(sum, test["confusion"])) == 6
+            assert test["accuracy"] == sum(test["confusion"][i][i] for i in range(3)) / 6
+    summary = results["summary"]
+    assert summary["test"]["en"]["n_seeds"] == 2
+    assert summary["gap"]["fr"] == pytest.approx(summary["test"]["en"]["mean"] - summary["test"]["fr"]["mean"])
+
+
+def test_selection_rule_uses_dev_only() -> None:
+    from xeval.finetune import select
+
+    history = [{"epoch": 1, "score": 0.50}, {"epoch": 2, "score": 0.70}, {"epoch": 3, "score": 0.70},
+               {"epoch": 4, "score": 0.60, "test": {"en": 0.99}}]
+    assert select(history)["epoch"] == 2  # best dev, earliest of ties; a test number on a point is ignored
+
+
+def test_same_predictions_as_plain_hf_loop(run: Path) -> None:
+    """Our per-language confusion matrices equal those of a plain HF AutoModelForSequenceClassification
+    loop (one example at a time, no padding) over the saved fine-tuned weights."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from xeval.data import load_split
+
+    results = json.loads((run / "results.json").read_text())
+    test, _ = load_split(FIXTURES, "test", tuple(results["languages"]))
+    varied = set()
+    for seed in results["seeds"]:
+        model_dir = run / "models" / f"seed-{seed['seed']}"
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        assert model.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+        for lang, nli in test.items():
+            matrix = [[0] * 3 for _ in range(3)]
+            for premise, hypothesis, gold in zip(nli.premises, nli.hypotheses, nli.labels):
+                enc = tokenizer(premise, hypothesis, truncation=True, max_length=64, return_tensors="pt")
+                with torch.no_grad():
+                    pred = int(model(**enc).logits.argmax(-1))
+                matrix[gold][pred] += 1
+                varied.add(pred)
+            assert matrix == seed["test"][lang]["confusion"], (seed["seed"], lang)
+    assert len(varied) > 1, "the fine-tuned model predicts one class only: the comparison would prove little"
+
+
+def test_seed_is_deterministic(exported: Path, run: Path, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,fr",
+                     "--seeds", "2", *ARGS) == 0
+    assert (a / "results.json").read_bytes() == (b / "results.json").read_bytes()
+    first = json.loads((a / "results.json").read_text())["seeds"][0]
+    full = json.loads((run / "results.json").read_text())["seeds"][1]
+    assert first["history"] == full["history"] and first["test"]["fr"] == full["test"]["fr"]
+
+
+class _Parser(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "img":
+            self.images.append(dict(attrs)["src"] or "")
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_reports(run: Path, tmp_path: Path) -> None:
+    import matplotlib.image
+
+    md = (run / "report.md").read_text()
+    assert md.splitlines()[2].startswith("> **") and md.splitlines()[2].endswith(": hand-made format fixtures, not XNLI**")
+    assert "XLM-R base (published), test | 85.8" in md and "mDeBERTa-v3 base (model card, dev), dev | 88.2" in md
+    parser = _Parser()
+    parser.feed((run / "report.html").read_text())
+    assert "table" in parser.tags and len(parser.images) == 2
+    assert all(src.startswith("data:image/png;base64,") for src in parser.images)
+    for name in ("accuracy.png", "gap.png"):
+        width, height = _png_size(run / name)
+        assert width > 300 and height > 200
+        assert matplotlib.image.imread(run / name).shape[:2] == (height, width)
+    # re-render two runs side by side from their results.json
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(run / "results.json", other / "results.json")
+    assert xeval("report", str(run / "results.json"), str(other), "--out", str(tmp_path / "cmp"),
+                 "--names", "first,second") == 0
+    compared = (tmp_path / "cmp" / "report.md").read_text()
+    assert "| first (ours, 2 seeds, test) |" in compared and "| second (ours, 2 seeds, test) |" in compared
+    assert (tmp_path / "cmp" / "report.html").is_file() and _png_size(tmp_path / "cmp" / "gap.png")[0] > 300
+
+
+def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
+    """A directory written by HF itself (save_pretrained) runs through our code and through HF's."""
+    from transformers import AutoTokenizer, XLMRobertaForMaskedLM
+
+    hf_dir = tmp_path / "hf"
+    XLMRobertaForMaskedLM.from_pretrained(exported).save_pretrained(hf_dir)
+    AutoTokenizer.from_pretrained(exported).save_pretrained(hf_dir)
+    accuracy = {}
+    for engine in ("ours", "hf"):
+        out = tmp_path / engine
+        assert xeval("xnli", "--model", str(hf_dir), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,de",
+                     "--seeds", "3", "--engine", engine, "--set", "epochs=1", *ARGS) == 0
+        results = json.loads((out / "results.json").read_text())
+        assert results["model"]["engine"] == engine
+        accuracy[engine] = results["seeds"][0]["test"]
+    assert set(accuracy["ours"]) == set(accuracy["hf"]) == {"en", "de"}
+
+
+def _error(capsys, *argv: str) -> str:
+    assert xeval(*argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
+    common = ["--out", str(tmp_path / "out"), "--seeds", "1", *ARGS]
+    assert "no such file or directory" in _error(capsys, "xnli", "--model", str(tmp_path / "nope"), "--data", str(FIXTURES), *common)
+    assert "neither an HF model directory" in _error(capsys, "xnli", "--model", str(tmp_path), "--data", str(FIXTURES), *common)
+    # missing language: the fixtures' XNLI-1.0 files lack no language, so drop one from a copy
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES, data)
+    for split in ("dev", "test"):
+        path = data / "XNLI-1.0" / f"xnli.{split}.tsv"
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith("sw\t")))
+    line = _error(capsys, "xnli", "--model", str(exported), "--data", str(data), "--languages", "en,sw", *common)
+    assert "xnli.dev.tsv: no dev examples for language sw" in line
+    (data / "XNLI-1.0" / "xnli.test.tsv").unlink()
+    assert "no test data for language en" in _error(capsys, "xnli", "--model", str(exported), "--data", str(data),
+                                                     "--languages", "en", *common)
+    # label set mismatch: a 2-label classifier
+    two = tmp_path / "two-labels"
+    shutil.copytree(exported, two)
+    config = json.loads((two / "config.json").read_text())
+    config.update(architectures=["XLMRobertaForSequenceClassification"], id2label={"0": "yes", "1": "no"})
+    (two / "config.json").write_text(json.dumps(config))
+    assert "label set mismatch" in _error(capsys, "xnli", "--model", str(two), "--data", str(FIXTURES), "--languages", "en", *common)
+    assert "languages ['xx'] are not XNLI languages" in _error(capsys, "xnli", "--model", str(exported), "--data",
+                                                               str(FIXTURES), "--languages", "en,xx", *common)
