@@ -173,6 +173,7 @@ def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
 
 
 def _error(capsys, *argv: str) -> str:
+    capsys.readouterr()
     assert xeval(*argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
@@ -203,3 +204,44 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
     assert "label set mismatch" in _error(capsys, "xnli", "--model", str(two), "--data", str(FIXTURES), "--languages", "en", *common)
     assert "languages ['xx'] are not XNLI languages" in _error(capsys, "xnli", "--model", str(exported), "--data",
                                                                str(FIXTURES), "--languages", "en,xx", *common)
+
+
+def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "xnli.yaml"
+    config.write_text("languages: [en, fr, de, es]\nseeds: [4]\nepochs: 1\ntranslate_train_all: true\n")
+    out = tmp_path / "tta"
+    assert xeval("xnli", "--config", str(config), "--model", str(exported), "--data", str(FIXTURES), "--out", str(out),
+                 *ARGS[2:]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["mode"] == "translate-train-all"
+    assert results["data"]["train_languages"] == ["en", "fr", "de"]  # es has no training file
+    assert [f["examples"] for f in results["data"]["files"]["train"]] == [{"en": 24}, {"fr": 6}, {"de": 6}]
+    assert results["seeds"][0]["history"][0]["step"] == 5  # ceil(36 / 8)
+    config.write_text("languages: [en]\nlearning_rat: 0.1\n")
+    assert "unknown config key 'learning_rat'" in _error(capsys, "xnli", "--config", str(config), "--model", str(exported),
+                                                         "--data", str(FIXTURES), "--out", str(out))
+
+
+@pytest.mark.slow
+def test_two_ranks_match_one(exported: Path, tmp_path: Path) -> None:
+    """torchrun with 2 CPU ranks (gloo, each half of every batch) gives the single process's results
+    when dropout is off (the gradient is the same mean; only float summation order differs)."""
+    import os
+    import subprocess
+    import sys
+
+    model = tmp_path / "nodropout"
+    shutil.copytree(exported, model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (model / "config.json").write_text(json.dumps(config))
+    common = ["--model", str(model), "--data", str(FIXTURES), "--languages", "en,fr,zh", "--seeds", "1", *ARGS]
+    assert xeval("xnli", "--out", str(tmp_path / "one"), *common) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    "-m", "xeval", "xnli", "--out", str(tmp_path / "two"), *common], check=True, env=env,
+                   cwd=Path(__file__).parents[1], timeout=600)
+    one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert two["environment"]["world_size"] == 2
+    assert [p["score"] for p in one["seeds"][0]["history"]] == [p["score"] for p in two["seeds"][0]["history"]]
+    assert one["seeds"][0]["test"] == two["seeds"][0]["test"]

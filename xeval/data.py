@@ -304,7 +304,7 @@ def load_split(root: Path, split: str, languages: tuple[str, ...], skip_malforme
     for lang in languages:
         if not len(sets[lang]):
             where = next(log.path for log in logs if lang in log.examples)
-            raise UserError(f"{where}: no {split} examples for language {lang}")
+            raise UserError(f"{where}: no {split} examples for language {lang} (choose languages with --languages)")
     return {lang: sets[lang] for lang in languages}, logs
 
 

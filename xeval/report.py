@@ -176,7 +176,9 @@ def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None
     published_note = ("Published rows: XLM-R base and large from the XLM-R paper (Conneau et al. 2020, Table 1, "
                       "cross-lingual transfer, **test** set); mDeBERTa-v3 base from its model card (**dev** set). "
                       "Averages of published rows are over the languages shown.")
-    md = ["# XNLI cross-lingual transfer report", ""]
+    datasets = sorted({run["data"]["name"] for run in runs})
+    title = f"{' / '.join(datasets)} cross-lingual transfer report" + ("" if datasets == ["XNLI"] else " (not XNLI)")
+    md = [f"# {title}", ""]
     md += [f"> **{w}**" for w in warnings] + ([""] if warnings else [])
     md += ["## Test accuracy (%)", "", *_markdown_table(header, rows), "", published_note, ""]
     if gap_rows:
@@ -186,11 +188,11 @@ def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None
     images = "".join(f'<figure><img alt="{p}" src="data:image/png;base64,'
                      f'{base64.b64encode((out / p).read_bytes()).decode()}"><figcaption>{p}</figcaption></figure>'
                      for p in plots)
-    page = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>XNLI report</title>',
+    page = ["<!DOCTYPE html>", f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}td:first-child{text-align:left}"
             ".warn{background:#fee;border:1px solid #c00;padding:.5em}</style></head><body>",
-            "<h1>XNLI cross-lingual transfer report</h1>",
+            f"<h1>{html.escape(title)}</h1>",
             *[f'<p class="warn"><strong>{html.escape(w)}</strong></p>' for w in warnings],
             "<h2>Test accuracy (%)</h2>", _html_table(header, rows),
             f"<p>{html.escape(published_note.replace('**', ''))}</p>"]
