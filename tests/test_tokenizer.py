@@ -1,0 +1,165 @@
+"""The SentencePiece tokenizer: alpha-sampled training text, XLM-R id layout, HF transformers parity, errors."""
+from __future__ import annotations
+
+import json
+import shutil
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import UserError
+from pretrain.__main__ import main
+from pretrain.tokenizer import HF_MODEL, OUR_MODEL, Tokenizer, language_shards, read_texts, train_tokenizer
+from pretrain_fixtures import SAMPLE_VOCAB, sample_tokenizer  # noqa: F401
+
+DOCS_PER_LANGUAGE = 25
+
+
+def sample_texts(corpus: Path) -> dict[str, list[str]]:
+    """The first documents of every language of the sample corpus."""
+    return {lang: read_texts(paths[0])[:DOCS_PER_LANGUAGE] for lang, paths in language_shards(corpus).items()}
+
+
+def test_id_layout_matches_xlmr(sample_tokenizer: Path) -> None:
+    import sentencepiece as spm
+
+    tok = Tokenizer.load(sample_tokenizer)
+    ours = spm.SentencePieceProcessor(model_file=str(sample_tokenizer / OUR_MODEL))
+    fairseq = spm.SentencePieceProcessor(model_file=str(sample_tokenizer / HF_MODEL))
+    assert tok.vocab_size == SAMPLE_VOCAB == fairseq.get_piece_size() + 2
+    assert [ours.id_to_piece(i) for i in range(4)] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert ours.id_to_piece(tok.mask_id) == "<mask>" and tok.mask_id == SAMPLE_VOCAB - 1
+    assert (ours.bos_id(), ours.pad_id(), ours.eos_id(), ours.unk_id()) == (0, 1, 2, 3)
+    assert [fairseq.id_to_piece(i) for i in range(3)] == ["<unk>", "<s>", "</s>"]
+    for k in range(3, fairseq.get_piece_size()):  # fairseq offset: SentencePiece piece k is our id k + 1
+        assert ours.id_to_piece(k + 1) == fairseq.id_to_piece(k)
+    assert tok.word_start[ours.piece_to_id("\u2581the")] and not tok.word_start[ours.piece_to_id("s")]
+    meta = json.loads((sample_tokenizer / "tokenizer_meta.json").read_text())
+    assert meta["fingerprint"] == tok.fingerprint and meta["special_ids"]["mask"] == tok.mask_id
+    text = "Ein kleines Beispiel."
+    assert tok.encode(text) == [i + 1 if i >= 3 else 3 for i in fairseq.encode(text)]
+
+
+def test_sample_follows_q(sample_tokenizer: Path, sample_corpus: Path) -> None:
+    meta = json.loads((sample_tokenizer / "tokenizer_meta.json").read_text())
+    sampling = json.loads((sample_corpus / "sampling.json").read_text())["languages"]
+    assert meta["alpha"] == 0.3 and set(meta["languages"]) == set(sampling)
+    total = sum(row["drawn"] for row in meta["languages"].values())
+    for lang, row in meta["languages"].items():
+        assert row["q"] == pytest.approx(sampling[lang]["q"])
+        assert row["drawn"] == row["target"] == round(meta["sample_size"] * row["q"])
+        assert row["drawn"] / total == pytest.approx(row["q"], abs=1e-3)
+    # alpha flattens the mix: the smallest language (hi) gets more than its share p_i
+    assert meta["languages"]["hi"]["q"] > sampling["hi"]["p"]
+
+
+def test_round_trip_in_every_language(sample_tokenizer: Path, sample_corpus: Path) -> None:
+    tok = Tokenizer.load(sample_tokenizer)
+    exact = {}
+    for lang, texts in sample_texts(sample_corpus).items():
+        exact[lang] = 0
+        for text in texts:
+            ids = tok.encode(text)
+            assert ids and min(ids) >= 3 and max(ids) < tok.mask_id  # no <s> <pad> </s> <mask> from text
+            if tok.unk_id in ids:
+                continue
+            squashed = " ".join(text.split())
+            # lossless up to SentencePiece's nmt_nfkc normalization (NFKC, whitespace squashed, marks as spaces)
+            assert tok.decode(ids) == tok.sp.normalize(text).replace("\u2581", " ").strip()
+            exact[lang] += tok.decode(ids) == squashed
+    # literally (text already NFKC) in at least 10 languages; zh text is mostly full-width punctuation
+    # (NFKC changes it) and rare characters (<unk> with a 4,000-piece vocabulary)
+    assert len(exact) == 11 and sum(n >= 5 for n in exact.values()) >= 10, sorted(exact.items())
+
+
+def score(sp, pieces: list[str]) -> float:
+    return sum(sp.get_score(sp.piece_to_id(p)) for p in pieces)
+
+
+def assert_same_or_tie(tok: Tokenizer, ours: list[int], theirs: list[int]) -> bool:
+    """True when the ids are equal; otherwise they must be an equal-score segmentation of the same text
+    (the Viterbi tie SentencePiece and HF tokenizers break differently, e.g. '...' + '.' vs '.' + '...')."""
+    if ours == theirs:
+        return True
+    mine, other = [tok.sp.id_to_piece(i) for i in ours], [tok.sp.id_to_piece(i) for i in theirs]
+    assert "".join(mine) == "".join(other)
+    assert score(tok.sp, mine) == pytest.approx(score(tok.sp, other), abs=1e-4)
+    return False
+
+
+def test_hf_tokenizers_give_our_ids(sample_tokenizer: Path, sample_corpus: Path) -> None:
+    from transformers import DebertaV2Tokenizer, XLMRobertaTokenizer
+
+    tok = Tokenizer.load(sample_tokenizer)
+    xlmr = XLMRobertaTokenizer.from_pretrained(sample_tokenizer)
+    deberta = DebertaV2Tokenizer.from_pretrained(sample_tokenizer)
+    for hf in (xlmr, deberta):
+        assert len(hf) == tok.vocab_size
+        assert (hf.cls_token_id, hf.pad_token_id, hf.sep_token_id, hf.unk_token_id, hf.mask_token_id) == \
+            (tok.bos_id, tok.pad_id, tok.eos_id, tok.unk_id, tok.mask_id)
+    equal = total = 0
+    for lang, texts in sample_texts(sample_corpus).items():
+        for text in texts:
+            ours = tok.encode(text)
+            assert xlmr(text)["input_ids"][0] == tok.bos_id and xlmr(text)["input_ids"][-1] == tok.eos_id
+            equal += assert_same_or_tie(tok, ours, xlmr(text, add_special_tokens=False)["input_ids"])
+            total += 1
+            # HF v5's DebertaV2Tokenizer normalizes with NFC, not the model's nmt_nfkc charsmap: compare on text
+            # SentencePiece has normalized already (where NFC leaves that unchanged)
+            normalized = tok.sp.normalize(text).replace("\u2581", " ").strip()
+            if unicodedata.normalize("NFC", normalized) == normalized:
+                equal += assert_same_or_tie(tok, ours, deberta(normalized, add_special_tokens=False)["input_ids"])
+                total += 1
+            if tok.unk_id not in ours:
+                assert xlmr.decode(ours) == tok.decode(ours)
+    assert equal / total > 0.95, (equal, total)
+
+
+def test_cli_prints_sample_sizes_and_is_deterministic(sample_corpus: Path, tmp_path: Path, capsys) -> None:
+    args = ["tokenizer", "--corpus", str(sample_corpus), "--vocab-size", "1000", "--sample-size", "3000",
+            "--short-languages", "cap", "--alpha", "0.5", "--languages", "de", "el", "hi", "zh"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "recomputed from" in out and "alpha=0.5" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:2] in ("de", "el", "hi", "zh")}
+    assert set(rows) == {"de", "el", "hi", "zh"} and all(int(r[4]) <= int(r[3]) for r in rows.values())
+    assert main(args + ["--out", str(tmp_path / "b")]) == 0
+    for name in (OUR_MODEL, HF_MODEL, "tokenizer_meta.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_cli_help_documents_every_option(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["tokenizer", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--corpus", "--out", "--vocab-size", "--alpha", "--buckets", "--languages", "--sample-size",
+                   "--short-languages", "--character-coverage", "--byte-fallback", "--seed", "--threads"):
+        assert option in out
+
+
+def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
+    from pipeline.sinks import rows_to_table, write_table
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    empty = corpus / "lang=xx" / "bucket=all" / "part-00000.arrow"
+    empty.parent.mkdir(parents=True)
+    write_table(rows_to_table([]), str(empty), "arrow")
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+    assert "lang=xx" in capsys.readouterr().err
+    shutil.rmtree(corpus / "lang=xx")
+    shard = next((corpus / "lang=de" / "bucket=all").glob("part-*.arrow"))
+    shard.write_bytes(shard.read_bytes()[:200])
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert str(shard) in err and err.count("\n") == 1
+    with pytest.raises(UserError, match="too large"):
+        train_tokenizer(sample_corpus, tmp_path / "big", vocab_size=500_000, sample_size=2000, languages=["en"])
+    with pytest.raises(UserError, match="no lang=qq"):
+        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, languages=["qq"])
+    (tmp_path / "broken").mkdir()
+    shutil.copy(sample_tokenizer / "tokenizer_meta.json", tmp_path / "broken")
+    (tmp_path / "broken" / OUR_MODEL).write_bytes(b"not a model")
+    with pytest.raises(UserError, match="not a SentencePiece model"):
+        Tokenizer.load(tmp_path / "broken")
