@@ -1,0 +1,122 @@
+"""Token shards: layout, O(1) document access, held-out split, resume, determinism, bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import UserError
+from pretrain.__main__ import main
+from pretrain.shards import TokenShards, tokenize_corpus, valid_score
+from pretrain.tokenizer import Tokenizer, language_shards, train_tokenizer
+from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
+
+VALID = 0.02
+
+
+def token_files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*.npy"))}
+
+
+def test_documents_are_the_corpus_in_order(sample_tokens: Path, sample_tokenizer: Path, sample_corpus: Path) -> None:
+    from pipeline.sinks import read_shard
+
+    shards = TokenShards.open(sample_tokens)
+    tok = Tokenizer.load(sample_tokenizer)
+    shards.check_tokenizer(tok)
+    assert shards.languages == sorted(shards.languages) and len(shards.languages) == 11
+    assert shards.fingerprint == tok.fingerprint and shards.vocab_size == tok.vocab_size
+    for lang, paths in language_shards(sample_corpus).items():
+        tables = [read_shard(str(p)) for p in paths]
+        ids = [i for t in tables for i in t.column("id").to_pylist()]
+        texts = [x for t in tables for x in t.column("text").to_pylist()]
+        held = [valid_score(i) < VALID for i in ids]
+        if not any(held):  # a language with none under the fraction holds out its lowest-hash document
+            held[min(range(len(ids)), key=lambda k: valid_score(ids[k]))] = True
+        train, valid = shards.docs(lang, "train"), shards.docs(lang, "valid")
+        assert len(valid) >= 1 and len(train) + len(valid) == len(ids)
+        for split, docs, wanted in (("train", train, [not h for h in held]), ("valid", valid, held)):
+            expected = [t for t, keep in zip(texts, wanted) if keep]
+            for i in sorted({0, len(docs) // 2, len(docs) - 1}):
+                assert docs[i].dtype == np.int32 and docs[i].tolist() == tok.encode(expected[i]), (lang, split, i)
+            assert docs.lengths.tolist() == [len(tok.encode(t)) for t in expected]
+            assert docs.num_tokens == int(docs.lengths.sum())
+    meta = json.loads((sample_tokens / "meta.json").read_text())
+    q = shards.sampling_weights(meta["alpha"])
+    assert sum(q.values()) == pytest.approx(1.0)
+    assert all(meta["languages"][lang]["q"] == pytest.approx(q[lang]) for lang in q)
+    assert meta["tokenizer"]["fingerprint"] == tok.fingerprint
+
+
+def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Path, sample_tokenizer: Path,
+                                                               sample_corpus: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "tokens"
+    assert main(["tokenize", "--corpus", str(sample_corpus), "--tokenizer", str(sample_tokenizer), "--out", str(out),
+                 "--valid-fraction", str(VALID), "--workers", "2", "--no-progress"]) == 0
+    summary = capsys.readouterr().out
+    assert "train tokens" in summary and all(f"\n{lang} " in summary for lang in ("ar", "zh"))
+    assert token_files(out) == token_files(sample_tokens)
+    assert (out / "meta.json").read_bytes() != b""
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("shard.json")}
+    gone = next(iter(sorted(stamps))).parent
+    shutil.rmtree(gone)
+    tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=VALID)
+    assert token_files(out) == token_files(sample_tokens)
+    for path, stamp in stamps.items():
+        assert (path.stat().st_mtime_ns == stamp) == (path.parent != gone)
+    with pytest.raises(UserError, match="--valid-fraction"):
+        tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=0.5)
+
+
+def test_corrupt_shard_is_a_clear_error(sample_tokens: Path, tmp_path: Path, capsys) -> None:
+    copy = tmp_path / "tokens"
+    shutil.copytree(sample_tokens, copy)
+    tokens = sorted(copy.rglob("train.tokens.npy"))[0]
+    tokens.write_bytes(tokens.read_bytes()[:-100])
+    with pytest.raises(UserError, match="corrupt"):
+        TokenShards.open(copy)
+    tokens.write_bytes(b"garbage")
+    with pytest.raises(UserError, match=str(tokens)):
+        TokenShards.open(copy)
+    offsets = sorted(copy.rglob("valid.offsets.npy"))[0]
+    shutil.copy(sample_tokens / tokens.relative_to(copy), tokens)
+    np.save(offsets, np.zeros(3, np.int64))
+    with pytest.raises(UserError, match="do not match"):
+        TokenShards.open(copy)
+    (copy / "meta.json").unlink()
+    with pytest.raises(UserError, match="did not finish"):
+        TokenShards.open(copy)
+
+
+def test_other_tokenizer_is_refused(sample_tokens: Path, sample_corpus: Path, tmp_path: Path, capsys) -> None:
+    from pretrain.loader import LoaderConfig, MLMLoader
+
+    other = tmp_path / "other"
+    train_tokenizer(sample_corpus, other, vocab_size=1000, sample_size=2000, languages=["en", "de"])
+    shards = TokenShards.open(sample_tokens)
+    with pytest.raises(UserError, match="written with tokenizer"):
+        shards.check_tokenizer(Tokenizer.load(other))
+    with pytest.raises(UserError, match="written with tokenizer"):
+        MLMLoader(shards, LoaderConfig(seq_len=64, batch_size=2), tokenizer=Tokenizer.load(other))
+    out = tmp_path / "tokens"
+    shutil.copytree(sample_tokens, out)
+    assert main(["tokenize", "--corpus", str(sample_corpus), "--tokenizer", str(other), "--out", str(out),
+                 "--no-progress"]) == 2
+    assert "another tokenizer" in capsys.readouterr().err
+
+
+def test_empty_language_is_a_clear_error(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
+    from pipeline.sinks import rows_to_table, write_table
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    write_table(rows_to_table([]), str(corpus / "lang=xx" / "bucket=all" / "part-00000.arrow"), "arrow")
+    args = ["tokenize", "--corpus", str(corpus), "--tokenizer", str(sample_tokenizer), "--no-progress"]
+    assert main(args + ["--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "lang=xx" in err and "empty language" in err and err.count("\n") == 1
+    assert main(args + ["--out", str(tmp_path / "t"), "--buckets", "head"]) == 2
+    assert "no shard in buckets head" in capsys.readouterr().err
