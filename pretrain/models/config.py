@@ -118,6 +118,8 @@ def validate_model_config(cfg: ModelConfig, source: str) -> ModelConfig:
     if not 0 <= cfg.pad_token_id < cfg.vocab_size:
         raise UserError(f"{source}: pad_token_id={cfg.pad_token_id} is outside the vocabulary ({cfg.vocab_size})")
     bad = [t for t in cfg.pos_att_type if t not in POS_ATT_TYPES]
+    if cfg.arch == "deberta-v3" and not cfg.pos_att_type:
+        raise UserError(f"{source}: pos_att_type must name at least one of {', '.join(POS_ATT_TYPES)}")
     if bad:
         raise UserError(f"{source}: pos_att_type holds {bad[0]!r}; allowed: {', '.join(POS_ATT_TYPES)}")
     return cfg
