@@ -1,5 +1,6 @@
 """Write a training checkpoint as an HF transformers model directory (config.json, model.safetensors,
-tokenizer files): XLMRobertaForMaskedLM for XLM-R, DebertaV2ForMaskedLM for mDeBERTa-v3 (its discriminator).
+tokenizer files): XLMRobertaForMaskedLM for XLM-R, DebertaV2ForMaskedLM for mDeBERTa-v3 (its discriminator;
+the RTD generator goes to <out>/generator).
 
 --checkpoint takes a run dir, its checkpoints/ dir (the checkpoint `latest` names, or --tag) or one
 step-<N> dir. ZeRO-1/2/3 partitions are merged into fp32 weights by DeepSpeed's zero_to_fp32, so
@@ -16,7 +17,7 @@ def export(checkpoint: str, tag: str | None, out: str) -> None:
     from pretrain.models.hf import save_hf
 
     cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag)
-    save_hf(model, cfg, out, tokenizer_dir=tokenizer_dir)
+    save_hf(model, cfg, out, tokenizer_dir=tokenizer_dir, generator=cfg.objective == "rtd")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,10 @@
 """Pretrain XLM-R (MLM) or mDeBERTa-v3 (RTD) on token shards with DeepSpeed (ZeRO 1/2/3, bf16, multi-node).
 
 Launch one process (`python -m pretrain train --config C`), several local ranks
-(`deepspeed --num_nodes 1 --num_accelerators N --module pretrain train --config C`, or
+(`deepspeed --num_nodes 1 --num_accelerators N --no_local_rank --module pretrain train --config C`, or
 `torchrun --standalone --nproc_per_node N -m pretrain train --config C`) or many nodes
-(`deepspeed --hostfile hosts --module pretrain train --config C`; see workflows/train_multinode.sh).
+(`deepspeed --hostfile hosts --no_local_rank --module pretrain train --config C`; see
+workflows/train_multinode.sh). The rank comes from the environment the launchers set.
 On CPU it runs with gloo in fp32. Writes <output>/metrics.jsonl, <output>/tensorboard/,
 <output>/checkpoints/step-<N>/ (+ `latest`), and at the end <output>/hf/ (HF transformers format).
 `--resume` continues from `latest` (or `--resume step-<N>`) with the same losses as an uninterrupted run.
@@ -133,6 +134,7 @@ def load_run_config(path: str | None, sets: list[str] | None = None, overrides: 
     source = path or "command line"
     cfg = build_dataclass(RunConfig, merged_config_data(path, overrides, sets), source)
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
+    cfg.loader.validate(source, "loader")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
         raise UserError(f"{source}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
     for key in ("tokens", "tokenizer", "output"):
@@ -258,10 +260,10 @@ class Trainer:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         tokenizer = Tokenizer.load(cfg.tokenizer)
         shards = TokenShards.open(cfg.tokens)
-        if shards.fingerprint != tokenizer.fingerprint:
-            raise UserError(f"{source}: token shards {cfg.tokens} were built with another tokenizer (fingerprint "
-                            f"{shards.fingerprint[:12]}…) than {cfg.tokenizer} ({tokenizer.fingerprint[:12]}…); "
-                            f"re-run `pretrain tokenize` with this tokenizer")
+        try:
+            shards.check_tokenizer(tokenizer)
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
         self.model_cfg = load_model_config(cfg.model, overrides={"vocab_size": tokenizer.vocab_size})
         if cfg.loader.seq_len > self.model_cfg.max_sequence_length:
             raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum "
@@ -284,7 +286,7 @@ class Trainer:
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, schedule, steps)))
         if cfg.compile:
             self.engine.compile()
-        self.loader = MLMLoader(shards, cfg.loader, rank=self.rank, world_size=self.world_size)
+        self.loader = MLMLoader(shards, cfg.loader, rank=self.rank, world_size=self.world_size, tokenizer=tokenizer)
         self.run_dir = Path(cfg.output)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.intervals.keep, self.rank, self.world_size)
         self.step = 0
@@ -411,8 +413,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deepspeed-config", dest="deepspeed", help="DeepSpeed JSON (overrides `deepspeed`)")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="TAG",
                         help="continue from the checkpoint `latest` names, or from TAG (step-<N>)")
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1,
-                        help="set by the deepspeed launcher (the rank comes from the environment)")
     parser.epilog = "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
 
 

@@ -31,4 +31,4 @@ export NCCL_ASYNC_ERROR_HANDLING=${NCCL_ASYNC_ERROR_HANDLING:-1}
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec "${DEEPSPEED:-.venv/bin/deepspeed}" --hostfile "$HOSTFILE" --master_port "${MASTER_PORT:-29500}" \
-    --module pretrain train --config "$CONFIG" "$@"
+    --no_local_rank --module pretrain train --config "$CONFIG" "$@"

@@ -1,0 +1,292 @@
+"""The DeepSpeed trainer on CPU (gloo, fp32, torch's AdamW): ZeRO 1/2/3 for XLM-R and mDeBERTa-v3 on the
+sample's tokens, config errors, exact resume after SIGKILL (also during a save), export of ZeRO-3 weights."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
+
+from pipeline.errors import UserError
+from pretrain.checkpoint import LATEST, META, RANK_STATE, load_for_inference
+from pretrain.metrics import mfu, read_metrics
+from pretrain.trainer import (RunConfig, ScheduleConfig, Trainer, batch_layout, deepspeed_config, load_run_config,
+                              lr_factor)
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        base[key] = merge(base.get(key, {}), value) if isinstance(value, dict) else value
+    return base
+
+
+def write_config(path: Path, tokenizer: Path, tokens: Path, **extra: Any) -> Path:
+    """A run YAML for a tiny model on the sample tokens; ``extra`` merges into it (nested dicts too)."""
+    data = {
+        "model": "xlmr-tiny", "tokens": str(tokens), "tokenizer": str(tokenizer), "output": str(path.parent / "run"),
+        "deepspeed": str(ROOT / "configs/deepspeed/zero1.json"), "steps": 8, "seed": 0, "progress": False,
+        "tensorboard": False, "export_hf": False, "validation_batches": 2,
+        "loader": {"seq_len": 64, "batch_size": 4},
+        "optimizer": {"lr": 0.002, "torch_adam": True},
+        "schedule": {"warmup_steps": 2, "decay": "linear"},
+        "intervals": {"log": 1, "validate": 0, "checkpoint": 4, "keep": 2},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(merge(data, extra)), encoding="utf-8")
+    return path
+
+
+def free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def single_rank() -> None:
+    """In-process training: a world of one (the process group stays up for the rest of the session)."""
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT") or free_port()})
+
+
+def trainer_for(tmp_path: Path, tokenizer: Path, tokens: Path, **extra: Any) -> Trainer:
+    path = write_config(tmp_path / "run.yaml", tokenizer, tokens, **extra)
+    return Trainer(load_run_config(str(path)), str(path))
+
+
+# --- config ----------------------------------------------------------------------------------------------
+
+def test_unknown_key_and_bad_values_name_the_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "run.yaml", tmp_path, tmp_path, optimizer={"lr": 0.001, "momentum": 0.9})
+    with pytest.raises(UserError, match="unknown config key 'optimizer.momentum'"):
+        load_run_config(str(path))
+    path = write_config(tmp_path / "run.yaml", tmp_path, tmp_path, schedule={"decay": "exponential"})
+    with pytest.raises(UserError, match="schedule.decay must be one of linear, cosine, constant"):
+        load_run_config(str(path))
+    path = write_config(tmp_path / "run.yaml", tmp_path, tmp_path, loader={"masking": "random"})
+    with pytest.raises(UserError, match="loader.masking"):
+        load_run_config(str(path))
+
+
+def test_batch_sizes_must_divide() -> None:
+    cfg = RunConfig(global_batch_size=64)
+    cfg.loader.batch_size = 8
+    assert batch_layout(cfg, 4, "run.yaml") == (2, 64)
+    with pytest.raises(UserError, match="global_batch_size 64 is not divisible by loader.batch_size 8 x world size 3"):
+        batch_layout(cfg, 3, "run.yaml")
+    cfg.grad_accum = 4
+    with pytest.raises(UserError, match="set one of global_batch_size, grad_accum"):
+        batch_layout(cfg, 4, "run.yaml")
+    cfg.global_batch_size = None
+    assert batch_layout(cfg, 3, "run.yaml") == (4, 96)
+
+
+def test_deepspeed_config_from_json_and_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = RunConfig(deepspeed=str(ROOT / "configs/deepspeed/zero3.json"), global_batch_size=32)
+    cfg.loader.batch_size = 4
+    ds = deepspeed_config(cfg, 2, "run.yaml")
+    assert ds["zero_optimization"]["stage"] == 3
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (32, 4, 4)
+    assert ds["bf16"] == {"enabled": False} and ds["optimizer"]["params"]["torch_adam"] is True  # CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    ds = deepspeed_config(cfg, 2, "run.yaml")
+    assert ds["bf16"] == {"enabled": True} and ds["optimizer"]["params"]["torch_adam"] is False
+    cfg.precision = "fp32"
+    assert deepspeed_config(cfg, 2, "run.yaml")["bf16"] == {"enabled": False}
+    clash = tmp_path / "ds.json"
+    clash.write_text('{"zero_optimization": {"stage": 2}, "train_batch_size": 16}')
+    cfg.deepspeed = str(clash)
+    with pytest.raises(UserError, match="'train_batch_size' is set from the run config"):
+        deepspeed_config(cfg, 2, "run.yaml")
+
+
+def test_lr_schedule() -> None:
+    linear = ScheduleConfig(warmup_steps=4, decay="linear", min_lr_ratio=0.1)
+    assert [lr_factor(s, linear, 14) for s in (0, 3)] == [0.25, 1.0]
+    assert lr_factor(9, linear, 14) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_factor(14, linear, 14) == pytest.approx(0.1)
+    cosine = ScheduleConfig(warmup_steps=0, decay="cosine")
+    assert [lr_factor(s, cosine, 10) for s in (0, 5, 10)] == pytest.approx([1.0, 0.5, 0.0])
+
+
+def test_mfu() -> None:
+    assert mfu(6e9, 1e5, 312e12, 2) == pytest.approx(6e14 / 624e12)
+    assert mfu(6e9, 1e5, None, 1) is None
+
+
+def test_help_lists_every_config_key() -> None:
+    out = subprocess.run([sys.executable, "-m", "pretrain", "train", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    for key in ("optimizer.torch_adam", "schedule.min_lr_ratio", "intervals.keep", "loader.seq_len", "global_batch_size",
+                "activation_checkpointing", "peak_flops", "--resume"):
+        assert key in out
+
+
+# --- training in this process --------------------------------------------------------------------------
+
+ZERO_MATRIX = [(stage, model) for stage in (1, 2, 3) for model in ("xlmr-tiny", "mdeberta-tiny")]
+DEFAULT_RUN = {(1, "xlmr-tiny"), (2, "mdeberta-tiny"), (3, "xlmr-tiny"), (3, "mdeberta-tiny")}
+
+
+@pytest.mark.parametrize("stage,model", [pytest.param(*case, marks=() if case in DEFAULT_RUN else pytest.mark.slow)
+                                         for case in ZERO_MATRIX])
+def test_zero_stages_train(stage: int, model: str, tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                           sample_tokens: Path) -> None:
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, model=model, steps=10,
+                          deepspeed=str(ROOT / f"configs/deepspeed/zero{stage}.json"))
+    trainer.train()
+    losses = [r["loss"] for _, r in sorted(read_metrics(tmp_path / "run" / "metrics.jsonl").items())]
+    assert len(losses) == 10
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05, losses
+    assert (tmp_path / "run" / "checkpoints" / LATEST).read_text() == "step-10"
+
+
+def test_metrics_count_real_tokens_and_validate_per_language(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                             sample_tokens: Path) -> None:
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, loader={"cross_document": False, "seq_len": 512, "languages": ["de", "en"]},
+                          validation_batches=1, peak_flops=1e12)
+    seen: list[dict[str, torch.Tensor]] = []
+    record = trainer._train_step(seen.append(b) or b for b in trainer.loader)
+    real = int(seen[0]["attention_mask"].sum())
+    assert real < seen[0]["attention_mask"].numel()  # one document per row: padding present
+    assert record["tokens_per_s"] * record["step_time"] == pytest.approx(real)
+    assert record["mfu"] == pytest.approx(trainer.flops_per_token * record["tokens_per_s"] / 1e12)
+    assert {"loss", "mlm_loss", "lr", "grad_norm", "rss_gb"} <= set(record)
+    valid = trainer.validate()
+    assert {k for k in valid if k.endswith("/ppl")} == {"valid/de/ppl", "valid/en/ppl"}
+    assert all(1.0 < v for k, v in valid.items() if k.endswith("/ppl"))
+
+
+def test_zero3_export_matches_the_engine_and_hf(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                sample_tokens: Path) -> None:
+    import deepspeed
+    from transformers import AutoModelForMaskedLM
+
+    from pretrain.export import export
+
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=3,
+                          deepspeed=str(ROOT / "configs/deepspeed/zero3.json"))
+    trainer.train()
+    module = trainer.engine.module
+    with deepspeed.zero.GatheredParameters(list(module.parameters())):
+        engine_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    cfg, model, tokenizer_dir = load_for_inference(str(tmp_path / "run"))
+    assert tokenizer_dir == str(sample_tokenizer.resolve())
+    state = model.state_dict()
+    assert set(state) == set(engine_state)
+    assert all(torch.equal(state[k], engine_state[k]) for k in state)
+    export(str(tmp_path / "run" / "checkpoints" / "step-3"), None, str(tmp_path / "hf"))
+    hf = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf")).eval()
+    batch = next(iter(trainer.loader))
+    with torch.no_grad():
+        ours = model.logits(batch["input_ids"], batch["attention_mask"])
+        theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                   sample_tokens: Path, sample_corpus: Path) -> None:
+    from pretrain.tokenizer import train_tokenizer
+
+    with pytest.raises(UserError, match="no checkpoint"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens).resume(None)
+    trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=2).train()
+    deeper = tmp_path / "deeper.yaml"
+    data = yaml.safe_load((ROOT / "configs/models/xlmr-tiny.yaml").read_text())
+    data["num_hidden_layers"] = 3
+    deeper.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=r"another model config \(model_config differs: num_hidden_layers"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, model=str(deeper)).resume(None)
+    other = tmp_path / "other-tokenizer"
+    train_tokenizer(sample_corpus, other, vocab_size=1000, sample_size=2_000, seed=1,
+                    character_coverage=0.98)
+    with pytest.raises(UserError, match="were written with tokenizer"):
+        trainer_for(tmp_path, other, sample_tokens)
+
+
+# --- subprocesses: SIGKILL and resume, the launcher --------------------------------------------------------
+
+def train_process(config: Path, *args: str, fault: str | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV and k != "PRETRAIN_FAULT"}
+    if fault:
+        env["PRETRAIN_FAULT"] = fault
+    return subprocess.Popen([sys.executable, "-m", "pretrain", "train", "--config", str(config), *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_at_fault(proc: subprocess.Popen, point: str) -> None:
+    """Wait for the fault hook's line on stderr, then SIGKILL the process."""
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith(f"fault point {point}"):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return
+    proc.wait()
+    raise AssertionError(f"exited {proc.returncode} before the fault point:\n{''.join(lines[-30:])}")
+
+
+def finish(proc: subprocess.Popen) -> None:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def test_exact_resume_after_sigkill(tmp_path: Path, sample_tokenizer: Path, sample_tokens: Path) -> None:
+    extra = {"steps": 6, "intervals": {"checkpoint": 2, "validate": 3, "keep": 2}, "loader": {"languages": ["de", "en"]}}
+    straight = write_config(tmp_path / "a" / "run.yaml", sample_tokenizer, sample_tokens, **extra)
+    resumed = write_config(tmp_path / "b" / "run.yaml", sample_tokenizer, sample_tokens, **extra)
+    first = train_process(straight)
+    kill_at_fault(train_process(resumed, fault="after_save@2"), "after_save")
+    finish(first)
+    checkpoints = tmp_path / "b" / "run" / "checkpoints"
+    assert (checkpoints / LATEST).read_text() == "step-2"
+    # killed while saving step 4: DeepSpeed's files are there, `latest` still names step 2
+    kill_at_fault(train_process(resumed, "--resume", fault="mid_save@4"), "mid_save")
+    assert (checkpoints / LATEST).read_text() == "step-2"
+    assert list((checkpoints / "step-4").glob("*optim_states.pt")) and not (checkpoints / "step-4" / META).exists()
+    finish(train_process(resumed, "--resume"))
+    a = read_metrics(tmp_path / "a" / "run" / "metrics.jsonl")
+    b = read_metrics(tmp_path / "b" / "run" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for step in range(1, 7):
+        assert b[step]["loss"] == a[step]["loss"], (step, a[step]["loss"], b[step]["loss"])
+        assert b[step]["grad_norm"] == a[step]["grad_norm"] and b[step]["lr"] == a[step]["lr"]
+    valid = {k: v for k, v in a[6].items() if k.startswith("valid/")}
+    assert set(valid) == {"valid/de/loss", "valid/de/ppl", "valid/en/loss", "valid/en/ppl"}
+    assert all(b[6][k] == v for k, v in valid.items())
+    kept = sorted(p.name for p in checkpoints.iterdir() if p.is_dir())
+    assert kept == ["step-4", "step-6"] and (checkpoints / LATEST).read_text() == "step-6"
+    assert (checkpoints / "step-6" / RANK_STATE.format(rank=0)).is_file()
+
+
+@pytest.mark.slow
+def test_two_ranks_with_the_deepspeed_launcher(tmp_path: Path, sample_tokenizer: Path, sample_tokens: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", sample_tokenizer, sample_tokens, steps=4, global_batch_size=16,
+                          deepspeed=str(ROOT / "configs/deepspeed/zero2.json"), intervals={"checkpoint": 4},
+                          export_hf=True)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+    launcher = Path(sys.executable).with_name("deepspeed")
+    proc = subprocess.run([str(launcher), "--num_nodes", "1", "--num_accelerators", "2", "--master_port", free_port(), "--no_local_rank",
+                           "--module", "pretrain", "train", "--config", str(config)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = tmp_path / "run" / "checkpoints" / "step-4"
+    assert len(list(step.glob("*optim_states.pt"))) == 2
+    assert {p.name for p in step.glob("trainer_state_rank*.pt")} == {"trainer_state_rank0.pt", "trainer_state_rank1.pt"}
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert sorted(records) == [1, 2, 3, 4]
+    assert (tmp_path / "run" / "hf" / "model.safetensors").is_file()
