@@ -30,7 +30,7 @@ from pipeline.errors import UserError
 from pipeline.sinks import stable_hash
 from pipeline.stats import sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_texts, write_json
+from .tokenizer import Tokenizer, language_shards, read_columns, write_json
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -44,20 +44,11 @@ def valid_score(doc_id: str) -> float:
     return stable_hash(doc_id) / HASH_SCALE
 
 
-def read_ids(path: Path) -> list[str]:
-    from pipeline.sinks import read_shard
-
-    try:
-        return read_shard(str(path)).column("id").to_pylist()
-    except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"corpus shard {path}: cannot read it ({str(exc).splitlines()[0]})") from None
-
-
 def forced_valid(shards: dict[str, list[Path]], fraction: float) -> dict[str, str]:
     """Per language with no document under ``fraction`` (and at least two): its lowest-hash document id."""
     forced = {}
     for lang, paths in shards.items():
-        ids = [i for path in paths for i in read_ids(path)]
+        ids = [i for path in paths for i in read_columns(path, "id")[0]]
         if not ids:
             raise UserError(f"lang={lang}: no documents in {len(paths)} shard(s), e.g. {paths[0]} (empty language; "
                             f"leave it out with --languages)")
@@ -91,15 +82,9 @@ def _flatten(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[str, Any]:
     """Tokenize one corpus shard into its folder (atomically); returns its ``shard.json``."""
-    from pipeline.sinks import read_shard
-
     tokenizer = tokenizer or _WORKER_TOKENIZER
     assert tokenizer is not None
-    try:
-        table = read_shard(str(job.source))
-        texts, ids = table.column("text").to_pylist(), table.column("id").to_pylist()
-    except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"corpus shard {job.source}: cannot read it ({str(exc).splitlines()[0]})") from None
+    texts, ids = read_columns(job.source, "text", "id")
     is_valid = [valid_score(i) < job.valid_fraction or i == job.forced for i in ids]
     parts: dict[str, tuple[list[np.ndarray], list[int]]] = {s: ([], []) for s in SPLITS}
     empty = 0
@@ -183,6 +168,9 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         if info is not None:
             infos[job.target] = info
     todo = [job for job in jobs if job.target not in infos]
+    for job in todo:  # folders an interrupted run left half-written
+        for stale in job.target.parent.glob(f"{job.target.name}.tmp-*"):
+            shutil.rmtree(stale)
     bar = tqdm(total=len(jobs), initial=len(infos), unit="shard", disable=not progress, desc="tokenize")
     if workers <= 1 or len(todo) <= 1:
         for job in todo:

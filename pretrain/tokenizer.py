@@ -64,15 +64,20 @@ def language_shards(corpus: str | Path, buckets: Iterable[str] = (), languages: 
     return found
 
 
-def read_texts(path: Path) -> list[str]:
-    """The ``text`` column of one corpus shard; a corrupt or foreign file is a UserError naming it."""
+def read_columns(path: Path, *names: str) -> list[list[Any]]:
+    """Columns of one corpus shard as lists; a corrupt or foreign file is a UserError naming it."""
     from pipeline.sinks import read_shard
 
     try:
         table = read_shard(str(path))
-        return table.column("text").to_pylist()
+        return [table.column(name).to_pylist() for name in names]
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UserError(f"corpus shard {path}: cannot read it ({str(exc).splitlines()[0]})") from None
+
+
+def read_texts(path: Path) -> list[str]:
+    """The ``text`` column of one corpus shard."""
+    return read_columns(path, "text")[0]
 
 
 def sentences(text: str | None, max_bytes: int) -> list[str]:
@@ -216,7 +221,10 @@ def hf_config() -> dict[str, Any]:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Atomically, sorted keys (pipeline.sinks.write_json)."""
+    from pipeline.sinks import write_json as write
+
+    write(obj, str(path))
 
 
 def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alpha: float | None = None,

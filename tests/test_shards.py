@@ -63,10 +63,12 @@ def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Pat
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("shard.json")}
     gone = next(iter(sorted(stamps))).parent
     shutil.rmtree(gone)
+    (gone.parent / f"{gone.name}.tmp-interrupted").mkdir()
     tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=VALID)
     assert token_files(out) == token_files(sample_tokens)
     for path, stamp in stamps.items():
         assert (path.stat().st_mtime_ns == stamp) == (path.parent != gone)
+    assert not list(out.rglob("*.tmp-*"))
     with pytest.raises(UserError, match="--valid-fraction"):
         tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=0.5)
 

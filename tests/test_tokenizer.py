@@ -89,9 +89,10 @@ def assert_same_or_tie(tok: Tokenizer, ours: list[int], theirs: list[int]) -> bo
 
 
 def test_hf_tokenizers_give_our_ids(sample_tokenizer: Path, sample_corpus: Path) -> None:
-    from transformers import DebertaV2Tokenizer, XLMRobertaTokenizer
+    from transformers import AutoTokenizer, DebertaV2Tokenizer, XLMRobertaTokenizer
 
     tok = Tokenizer.load(sample_tokenizer)
+    assert isinstance(AutoTokenizer.from_pretrained(sample_tokenizer), XLMRobertaTokenizer)
     xlmr = XLMRobertaTokenizer.from_pretrained(sample_tokenizer)
     deberta = DebertaV2Tokenizer.from_pretrained(sample_tokenizer)
     for hf in (xlmr, deberta):
