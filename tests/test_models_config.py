@@ -10,6 +10,7 @@ from pipeline.errors import UserError
 from pretrain.flops import encoder_flops_per_token, flops_per_token, mlm_head_flops_per_token
 from pretrain.models import build_pretraining_model, load_model_config, model_config_from_dict
 from pretrain.models.config import MODELS_DIR
+from test_models_support import one_thread  # noqa: F401  (autouse)
 
 NAMES = ["xlmr-base", "xlmr-large", "mdeberta-v3-base", "xlmr-tiny", "mdeberta-tiny"]
 

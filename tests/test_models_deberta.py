@@ -8,8 +8,10 @@ import torch
 
 from pretrain.models import MaskedLM, build_classifier, load_model_config
 from pretrain.models.deberta import log_bucket_position
-from pretrain.models.hf import load_hf, save_hf
-from test_models_support import mask_batch, sample_spm, text_batch
+from pretrain.models.hf import load_hf
+from test_models_support import (one_thread,  # noqa: F401  (autouse)
+                                 check_classifier_parity, check_hf_round_trip, mask_batch, sample_spm,
+                                 text_batch)
 
 transformers = pytest.importorskip("transformers")
 deberta_v2 = pytest.importorskip("transformers.models.deberta_v2.modeling_deberta_v2")
@@ -51,45 +53,17 @@ def test_mlm_logits_match_hf_on_padded_real_text(tmp_path, legacy):
 
 
 def test_round_trip_ours_hf_ours_is_exact(tmp_path):
-    cfg = load_model_config("mdeberta-tiny", overrides={"vocab_size": sample_spm()[1], "objective": "mlm", "generator_layers": 0})
+    cfg = load_model_config("mdeberta-tiny",
+                            overrides={"vocab_size": sample_spm()[1], "objective": "mlm", "generator_layers": 0})
     torch.manual_seed(1)
-    ours = MaskedLM(cfg).eval()
-    save_hf(ours, cfg, tmp_path / "hf")
-    hf, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
-    assert type(hf).__name__ == "DebertaV2ForMaskedLM"
-    assert not info["missing_keys"] and not info["unexpected_keys"]
-    input_ids, attention_mask = text_batch(3, 48, start=5)
-    with torch.no_grad():
-        diff = (hf.eval()(input_ids=input_ids, attention_mask=attention_mask).logits
-                - ours.logits(input_ids, attention_mask)).abs().max().item()
-    assert diff <= 1e-5
-    cfg_back, back = load_hf(tmp_path / "hf")
-    assert cfg_back == cfg
-    original, loaded = ours.state_dict(), back.state_dict()
-    assert original.keys() == loaded.keys()
-    assert all(torch.equal(original[key], loaded[key]) for key in original)
+    ours = MaskedLM(cfg)
+    check_hf_round_trip(ours, cfg, tmp_path / "hf", "DebertaV2ForMaskedLM")
 
 
 def test_classifier_matches_hf_and_round_trips(tmp_path):
     torch.manual_seed(2)
-    hf = transformers.DebertaV2ForSequenceClassification(hf_deberta_config(sample_spm()[1], num_labels=3)).eval()
-    hf.save_pretrained(tmp_path / "hf")
-    cfg, ours = load_hf(tmp_path / "hf")
-    ours.eval()
-    input_ids, attention_mask = text_batch(4, 40, start=3)
-    labels = torch.tensor([0, 2, 1, 2])
-    with torch.no_grad():
-        expected = hf(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-        got = ours(input_ids, attention_mask, labels)
-    assert (got.logits - expected.logits).abs().max().item() <= 1e-5
-    assert abs(got.loss.item() - expected.loss.item()) <= 1e-5
-    save_hf(ours, cfg, tmp_path / "ours")
-    again = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "ours").eval()
-    with torch.no_grad():
-        assert (again(input_ids=input_ids, attention_mask=attention_mask).logits
-                - expected.logits).abs().max().item() <= 1e-6
-    _, back = load_hf(tmp_path / "ours")
-    assert all(torch.equal(value, back.state_dict()[key]) for key, value in ours.state_dict().items())
+    hf = transformers.DebertaV2ForSequenceClassification(hf_deberta_config(sample_spm()[1], num_labels=3))
+    check_classifier_parity(hf, tmp_path)
 
 
 def test_bf16_forward_backward_is_finite():

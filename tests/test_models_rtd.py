@@ -7,7 +7,8 @@ import torch
 
 from pretrain.models import build_pretraining_model, classifier_from_pretrained, load_model_config
 from pretrain.models.hf import save_hf
-from test_models_support import mask_batch, sample_spm, text_batch
+from test_models_support import (one_thread,  # noqa: F401  (autouse)
+                                 mask_batch, sample_spm, text_batch)
 
 
 def tiny_rtd(**overrides):
@@ -27,22 +28,16 @@ def real_batches(count: int, batch_size: int = 8, seq_len: int = 64) -> list[tup
 
 
 def train(model, steps: int, lr: float = 2e-3) -> list[dict[str, float]]:
-    """AdamW steps over 40 real batches, on one thread (a tiny model on a loaded 2-core machine
-    runs ~10x slower on two); the metrics of every step."""
+    """AdamW steps over 40 real batches; the metrics of every step."""
     batches = real_batches(40)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     history = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for step in range(steps):
-            out = model(*batches[step % len(batches)])
-            optimizer.zero_grad()
-            out.loss.backward()
-            optimizer.step()
-            history.append({name: value.item() for name, value in out.metrics.items()})
-    finally:
-        torch.set_num_threads(threads)
+    for step in range(steps):
+        out = model(*batches[step % len(batches)])
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        history.append({name: value.item() for name, value in out.metrics.items()})
     return history
 
 

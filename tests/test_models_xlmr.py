@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from pretrain.models import MaskedLM, build_classifier, load_model_config
-from pretrain.models.hf import load_hf, save_hf
-from test_models_support import mask_batch, sample_spm, text_batch
+from pretrain.models.hf import load_hf
+from test_models_support import (one_thread,  # noqa: F401  (autouse)
+                                 check_classifier_parity, check_hf_round_trip, mask_batch, sample_spm,
+                                 text_batch)
 
 transformers = pytest.importorskip("transformers")
 
@@ -60,45 +62,15 @@ def test_round_trip_ours_hf_ours_is_exact(tmp_path):
     _, vocab_size = sample_spm()
     cfg = load_model_config("xlmr-tiny", overrides={"vocab_size": vocab_size})
     torch.manual_seed(1)
-    ours = MaskedLM(cfg).eval()
-    save_hf(ours, cfg, tmp_path / "hf")
-    hf, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
-    assert type(hf).__name__ == "XLMRobertaForMaskedLM"
-    assert not info["missing_keys"] and not info["unexpected_keys"]
-    input_ids, attention_mask = text_batch(3, 32, start=5)
-    with torch.no_grad():
-        diff = (hf.eval()(input_ids=input_ids, attention_mask=attention_mask).logits
-                - ours.logits(input_ids, attention_mask)).abs().max().item()
-    assert diff <= 1e-5
-    cfg_back, back = load_hf(tmp_path / "hf")
-    assert cfg_back == cfg
-    original, loaded = ours.state_dict(), back.state_dict()
-    assert original.keys() == loaded.keys()
-    assert all(torch.equal(original[key], loaded[key]) for key in original)
+    ours = MaskedLM(cfg)
+    check_hf_round_trip(ours, cfg, tmp_path / "hf", "XLMRobertaForMaskedLM")
 
 
 def test_classifier_matches_hf_and_round_trips(tmp_path):
     _, vocab_size = sample_spm()
     torch.manual_seed(2)
-    hf = transformers.XLMRobertaForSequenceClassification(hf_xlmr_config(vocab_size, num_labels=3)).eval()
-    hf.save_pretrained(tmp_path / "hf")
-    cfg, ours = load_hf(tmp_path / "hf")
-    ours.eval()
-    input_ids, attention_mask = text_batch(4, 40, start=3)
-    labels = torch.tensor([0, 2, 1, 2])
-    with torch.no_grad():
-        expected = hf(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-        got = ours(input_ids, attention_mask, labels)
-    assert got.logits.shape == (4, 3)
-    assert (got.logits - expected.logits).abs().max().item() <= 1e-5
-    assert abs(got.loss.item() - expected.loss.item()) <= 1e-5
-    save_hf(ours, cfg, tmp_path / "ours", labels=["entailment", "neutral", "contradiction"])
-    again = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "ours").eval()
-    assert again.config.id2label[2] == "contradiction"
-    with torch.no_grad():
-        assert torch.equal(again(input_ids=input_ids, attention_mask=attention_mask).logits, expected.logits)
-    _, back = load_hf(tmp_path / "ours")
-    assert all(torch.equal(value, back.state_dict()[key]) for key, value in ours.state_dict().items())
+    hf = transformers.XLMRobertaForSequenceClassification(hf_xlmr_config(vocab_size, num_labels=3))
+    check_classifier_parity(hf, tmp_path)
 
 
 def test_bf16_forward_backward_is_finite():
