@@ -14,6 +14,7 @@ documents and tokens, and q_i over training tokens.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -48,12 +49,16 @@ def forced_valid(shards: dict[str, list[Path]], fraction: float) -> dict[str, st
     """Per language with no document under ``fraction`` (and at least two): its lowest-hash document id."""
     forced = {}
     for lang, paths in shards.items():
-        ids = [i for path in paths for i in read_columns(path, "id")[0]]
-        if not ids:
+        count, lowest = 0, (1.0, "")
+        for path in paths:
+            ids = read_columns(path, "id")[0]
+            count += len(ids)
+            lowest = min([lowest, *((valid_score(i), i) for i in ids)])
+        if not count:
             raise UserError(f"lang={lang}: no documents in {len(paths)} shard(s), e.g. {paths[0]} (empty language; "
                             f"leave it out with --languages)")
-        if fraction > 0 and len(ids) > 1 and min(valid_score(i) for i in ids) >= fraction:
-            forced[lang] = min(ids, key=valid_score)
+        if fraction > 0 and count > 1 and lowest[0] >= fraction:
+            forced[lang] = lowest[1]
     return forced
 
 
@@ -219,9 +224,12 @@ class DocList:
         self.parts = parts
         counts = np.array([len(offsets) - 1 for _, offsets in parts], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.lengths: np.ndarray = (np.concatenate([np.diff(o) for _, o in parts]) if parts
-                                    else np.zeros(0, np.int64)).astype(np.int64)
-        self.num_tokens = int(self.lengths.sum())
+        self.num_tokens = sum(int(offsets[-1]) for _, offsets in parts)
+
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        """Tokens per document (int64), computed on first use."""
+        return np.concatenate([np.diff(o) for _, o in self.parts] or [np.zeros(0, np.int64)]).astype(np.int64)
 
     def __len__(self) -> int:
         return int(self.starts[-1])

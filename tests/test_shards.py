@@ -73,6 +73,15 @@ def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Pat
         tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=0.5)
 
 
+def test_cli_help_documents_every_option(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["tokenize", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--corpus", "--tokenizer", "--out", "--buckets", "--languages", "--valid-fraction", "--alpha",
+                   "--workers", "--no-progress"):
+        assert option in out
+
+
 def test_corrupt_shard_is_a_clear_error(sample_tokens: Path, tmp_path: Path, capsys) -> None:
     copy = tmp_path / "tokens"
     shutil.copytree(sample_tokens, copy)
