@@ -1,12 +1,15 @@
 """mDeBERTa-v3 pretraining: replaced-token detection learns on real text, GDES keeps the
-discriminator's gradient out of the generator's embeddings, and the discriminator exports to HF."""
+discriminator's gradient out of the generator's embeddings, the discriminator exports to HF and
+comes back as a pretraining model."""
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import torch
 
 from pretrain.models import build_pretraining_model, classifier_from_pretrained, load_model_config
-from pretrain.models.hf import save_hf
+from pretrain.models.hf import load_hf_for_pretraining, save_hf
 from test_models_support import (one_thread,  # noqa: F401  (autouse)
                                  mask_batch, sample_spm, text_batch)
 
@@ -130,3 +133,26 @@ def test_discriminator_exports_to_hf_and_feeds_a_classifier(tmp_path):
 
         classifier = classifier_from_pretrained(cfg, model.state_dict(), num_labels=3).eval()
         assert torch.equal(classifier.encoder(input_ids, attention_mask), ours)
+
+    # back to a pretraining model: generator and RTD head exact, GDES sum to float rounding
+    cfg_back, back = load_hf_for_pretraining(tmp_path / "hf")
+    assert cfg_back.objective == "rtd" and cfg_back.generator_layers == 1
+    original, loaded = model.state_dict(), back.state_dict()
+    assert original.keys() == loaded.keys()
+    for key in original:
+        if key.startswith("discriminator.deberta.embeddings.word_embeddings"):
+            embeddings = "deberta.embeddings.word_embeddings.weight"
+            assert torch.allclose(loaded["generator." + embeddings] + loaded[key],
+                                  original["generator." + embeddings] + original[key], atol=1e-6)
+        else:
+            assert torch.equal(original[key], loaded[key]), key
+    # a discriminator alone (as published): the generator starts from its embeddings, delta 0
+    shutil.rmtree(tmp_path / "hf" / "generator")
+    _, fresh = load_hf_for_pretraining(tmp_path / "hf", objective="rtd")
+    fresh.eval()
+    assert torch.equal(fresh.generator.word_embeddings.weight, hf_mlm.deberta.embeddings.word_embeddings.weight)
+    assert not fresh.discriminator.deberta.embeddings.word_embeddings.weight.any()
+    assert fresh.cfg.generator_layers == 0 and len(fresh.generator.encoder.encoder.layer) == 1
+    with torch.no_grad():
+        hidden = fresh.discriminator.deberta(input_ids, attention_mask, fresh.discriminator_embeddings(input_ids))
+    assert (hidden - ours).abs().max().item() <= 1e-5

@@ -12,9 +12,15 @@ GDES sum (generator's + delta), whose ``lm_predictions`` head is the generator's
 RTD head is kept under ``mask_predictions.*`` (HF ignores those keys). Its MLM logits are therefore
 not meant as predictions (the head was trained on generator features); ``generator=True`` also
 writes the generator to ``<out>/generator/`` as a working ``DebertaV2ForMaskedLM``.
+
+``load_hf_for_pretraining`` turns such a directory (ours, or a published xlm-roberta-* /
+mdeberta-v3-base) back into a pretraining model to continue training: for RTD the discriminator's
+embeddings E_d become GDES's generator table plus delta (delta = E_d - E_g, zero when there is no
+``generator/``: the generator then starts from E_d, its layers freshly initialised).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -25,8 +31,8 @@ from torch import nn
 
 from pipeline.errors import UserError
 
-from .config import ModelConfig, validate_model_config
-from .modeling import Classifier, MaskedLM, build_classifier, encoder_state_dict
+from .config import OBJECTIVES, ModelConfig, validate_model_config
+from .modeling import Classifier, MaskedLM, build_classifier, build_pretraining_model, encoder_state_dict
 
 TOKENIZER_FILES = ("spm.model", "sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "tokenizer_meta.json")
@@ -35,6 +41,8 @@ MODEL_TYPES = {"xlmr": "xlm-roberta", "deberta-v3": "deberta-v2"}
 HF_PREFIX = {"xlmr": "XLMRoberta", "deberta-v3": "DebertaV2"}
 DEBERTA_HEAD = "lm_predictions.lm_head."
 DEBERTA_LEGACY_HEAD = "cls.predictions."
+RTD_HEAD = "mask_predictions."
+EMBEDDINGS = "deberta.embeddings.word_embeddings.weight"
 IGNORED_ON_LOAD = ("roberta.pooler.", "lm_head.decoder.", "cls.predictions.decoder.", "mask_predictions.",
                    "embeddings.position_ids", "embeddings.token_type_ids")
 """HF keys that are tied, buffers, or heads we do not use (pooler of XLM-R, DeBERTa's RTD head)."""
@@ -149,17 +157,27 @@ def _read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     raise UserError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
 
 
-def load_hf(model_dir: str | Path) -> tuple[ModelConfig, nn.Module]:
-    """(config, model) from an HF ``*ForMaskedLM`` (-> MaskedLM) or ``*ForSequenceClassification``
-    (-> Classifier) directory; weights that do not fit are a UserError naming them."""
-    model_dir = Path(model_dir)
+def _read_config(model_dir: Path) -> dict[str, Any]:
     config_path = model_dir / "config.json"
     try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
+        return json.loads(config_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{config_path}: no such file (not an HF model directory)") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{config_path}: not valid JSON ({exc})") from None
+
+
+def load_hf(model_dir: str | Path) -> tuple[ModelConfig, nn.Module]:
+    """(config, model) from an HF ``*ForMaskedLM`` (-> MaskedLM) or ``*ForSequenceClassification``
+    (-> Classifier) directory; weights that do not fit are a UserError naming them."""
+    cfg, model, _ = _load_hf(Path(model_dir))
+    return cfg, model
+
+
+def _load_hf(model_dir: Path) -> tuple[ModelConfig, nn.Module, dict[str, torch.Tensor]]:
+    """load_hf's (config, model) and the DeBERTa RTD head's weights (``mask_predictions.*``) where present."""
+    config_path = model_dir / "config.json"
+    data = _read_config(model_dir)
     cfg = config_from_hf(data, str(config_path))
     architecture = (data.get("architectures") or [""])[0]
     model: nn.Module
@@ -170,11 +188,50 @@ def load_hf(model_dir: str | Path) -> tuple[ModelConfig, nn.Module]:
     else:
         raise UserError(f"{config_path}: architecture {architecture} is not supported "
                         "(*ForMaskedLM, *ForSequenceClassification)")
-    state = _from_hf_keys(cfg, _read_weights(model_dir))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    weights = _read_weights(model_dir)
+    missing, unexpected = model.load_state_dict(_from_hf_keys(cfg, weights), strict=False)
     if missing or unexpected:
         raise UserError(f"{model_dir}: weights do not fit {architecture or 'the model'}: "
                         f"missing {missing[:4]}, unexpected {unexpected[:4]}")
+    return cfg, model, {key: value for key, value in weights.items() if key.startswith(RTD_HEAD)}
+
+
+def load_hf_for_pretraining(model_dir: str | Path, objective: str | None = None) -> tuple[ModelConfig, nn.Module]:
+    """(config, pretraining model) from an HF MaskedLM directory, to continue pretraining.
+
+    ``objective``: mlm or rtd (deberta-v2 only; default: rtd where ``<dir>/generator`` exists, else mlm).
+    For rtd the discriminator is the directory's encoder (and ``mask_predictions.*`` head where present),
+    the generator comes from ``<dir>/generator`` or, without one, starts from the discriminator's
+    embeddings and MLM head with fresh layers (half the depth) drawn from torch's RNG."""
+    model_dir = Path(model_dir)
+    generator_dir = model_dir / "generator"
+    if objective is None:
+        objective = "rtd" if generator_dir.is_dir() else "mlm"
+    if objective not in OBJECTIVES:
+        raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    cfg, mlm, rtd_head = _load_hf(model_dir)
+    if not isinstance(mlm, MaskedLM):
+        raise UserError(f"{model_dir}: a sequence classifier, not a masked LM to pretrain")
+    if objective == "mlm":
+        return cfg, mlm
+    if cfg.arch != "deberta-v3":
+        raise UserError(f"{model_dir}: objective rtd needs a deberta-v2 model, got {MODEL_TYPES[cfg.arch]}")
+    generator_cfg, generator = (load_hf(generator_dir) if generator_dir.is_dir() else (None, None))
+    layers = generator_cfg.num_hidden_layers if generator_cfg else 0
+    cfg = validate_model_config(dataclasses.replace(cfg, objective="rtd", generator_layers=layers), str(model_dir))
+    model = build_pretraining_model(cfg)
+    mlm_state = mlm.state_dict()
+    generator_state = model.generator.state_dict() if generator is None else generator.state_dict()
+    if generator is None:
+        generator_state.update({key: value for key, value in mlm_state.items()
+                                if key.startswith("lm_head.") or key == EMBEDDINGS})
+    model.generator.load_state_dict(generator_state)
+    disc_state = model.discriminator.state_dict()
+    disc_state.update({key: value for key, value in mlm_state.items() if key.startswith("deberta.")})
+    disc_state.update(rtd_head)
+    if cfg.gdes:
+        disc_state[EMBEDDINGS] = mlm_state[EMBEDDINGS] - generator_state[EMBEDDINGS]
+    model.discriminator.load_state_dict(disc_state)
     return cfg, model
 
 
