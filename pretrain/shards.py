@@ -28,7 +28,6 @@ from typing import Any, Iterable
 import numpy as np
 
 from pipeline.errors import UserError
-from pipeline.sinks import stable_hash
 from pipeline.stats import sampling_weights
 
 from .tokenizer import Tokenizer, language_shards, read_columns, write_json
@@ -42,6 +41,8 @@ ENCODE_BATCH = 256
 
 def valid_score(doc_id: str) -> float:
     """A document's position in [0, 1) for the held-out split (stable hash of its id)."""
+    from pipeline.sinks import stable_hash  # Beam's file systems come with pipeline.sinks: not at --help time
+
     return stable_hash(doc_id) / HASH_SCALE
 
 
