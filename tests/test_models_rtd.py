@@ -156,3 +156,12 @@ def test_discriminator_exports_to_hf_and_feeds_a_classifier(tmp_path):
     with torch.no_grad():
         hidden = fresh.discriminator.deberta(input_ids, attention_mask, fresh.discriminator_embeddings(input_ids))
     assert (hidden - ours).abs().max().item() <= 1e-5
+
+
+def test_bf16_rtd_step_is_finite():
+    _, model = tiny_rtd()
+    model.to(torch.bfloat16)
+    out = model(*real_batches(1, seq_len=96)[0])
+    out.loss.backward()
+    assert out.loss.dtype == torch.float32 and all(torch.isfinite(v) for v in out.metrics.values())
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

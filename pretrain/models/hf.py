@@ -138,6 +138,8 @@ def _from_hf_keys(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str,
         if any(part in key for part in IGNORED_ON_LOAD):
             continue
         if cfg.arch == "deberta-v3":
+            if "embeddings.position_embeddings" in key:  # unused without position_biased_input (HF skips it too)
+                continue
             if key.startswith(DEBERTA_HEAD):
                 key = "lm_head." + key[len(DEBERTA_HEAD):].replace("LayerNorm.", "layer_norm.")
             elif key.startswith(DEBERTA_LEGACY_HEAD):
