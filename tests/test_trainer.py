@@ -290,3 +290,18 @@ def test_two_ranks_with_the_deepspeed_launcher(tmp_path: Path, sample_tokenizer:
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sorted(records) == [1, 2, 3, 4]
     assert (tmp_path / "run" / "hf" / "model.safetensors").is_file()
+
+
+def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path: Path) -> None:
+    from pretrain.metrics import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True, progress=True, total=3, initial=0)
+    for step in (1, 2):
+        logger.log(step, {"loss": 3.0 - step, "mfu": None, "grad_norm": float("nan")})
+        logger.advance()
+    logger.close()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert records[2] == {"step": 2, "loss": 1.0, "mfu": None, "grad_norm": None}
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    MetricsLogger(tmp_path / "other", enabled=False, tensorboard=True, progress=True, total=3, initial=0).log(1, {})
+    assert not (tmp_path / "other").exists()

@@ -1,10 +1,12 @@
-"""Benchmark our DeepSpeed trainer against HF ``Trainer`` + ``DataCollatorForLanguageModeling`` (run_mlm's recipe).
+"""Benchmark our DeepSpeed trainer against HF's MLM recipe (run_mlm: ``XLMRobertaForMaskedLM`` +
+``DataCollatorForLanguageModeling``, AdamW, linear schedule, clipping, in the loop HF ``Trainer`` runs;
+``Trainer`` itself needs ``accelerate``, which is not installed, and would only add its own overhead).
 
-Both train the same tiny XLM-R (HF ``XLMRobertaForMaskedLM`` built from the same config) on the same
-sequences (our loader's batches, unmasked again for HF's collator to mask with mlm_probability 0.15)
-with the same micro batch, AdamW, lr and clipping, in this one process, one after the other. Reports the
-median step time (end of one optimizer step to the end of the next, data and masking included) after
-``--warmup`` steps, non-padding tokens/s, and the ratio ours / HF (< 1: ours is faster).
+Both train the same tiny XLM-R (HF's model built from the same config) on the same sequences (our
+loader's batches, unmasked again for HF's collator to mask with mlm_probability 0.15) with the same
+micro batch, AdamW, lr and clipping, in this one process. Reports the
+median step time (data and masking included; the two alternate step by step so that both see the same
+load on a shared machine) after ``--warmup`` steps, non-padding tokens/s, and the ratio ours / HF (< 1: ours is faster).
 
     .venv/bin/python workflows/bench_trainer.py [--work out/bench/trainer] [--steps 30] [--seq-len 128] [--batch 8]
 
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,15 +45,10 @@ def ensure_data(work: Path) -> tuple[Path, Path]:
     return tokenizer, tokens
 
 
-def median_interval(ends: list[float], warmup: int) -> float:
-    """Median time between consecutive step ends, skipping the first ``warmup`` steps."""
-    gaps = [b - a for a, b in zip(ends, ends[1:])][warmup:]
-    return statistics.median(gaps)
-
-
-def run_ours(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir: Path) -> tuple[float, float, list[dict]]:
-    """(median step time, median non-padding tokens per step, the batches it trained on)."""
-    from pretrain.trainer import Trainer, load_run_config, _single_process_env
+def our_stepper(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir: Path) -> tuple[Callable[[], int], list[dict]]:
+    """(a function running one optimizer step of our trainer and returning its non-padding tokens, the list that
+    collects the batches it consumed)."""
+    from pretrain.trainer import Trainer, _single_process_env, load_run_config
 
     cfg = load_run_config(None, [
         "model=xlmr-tiny", f"tokens={tokens}", f"tokenizer={tokenizer}", f"output={run_dir}",
@@ -61,19 +59,20 @@ def run_ours(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir: P
     trainer = Trainer(cfg, "bench")
     seen: list[dict] = []
     batches = (seen.append(b) or b for b in iter(trainer.loader))
-    ends, tokens_per_step = [time.perf_counter()], []
-    for _ in range(args.steps):
+
+    def step() -> int:
         record = trainer._train_step(batches)
-        ends.append(time.perf_counter())
-        tokens_per_step.append(record["tokens_per_s"] * record["step_time"])
-    return median_interval(ends, args.warmup), statistics.median(tokens_per_step), seen
+        return round(record["tokens_per_s"] * record["step_time"])
+    return step, seen
 
 
-def run_hf(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict], out: Path) -> float:
-    """Median step time of HF Trainer on the same sequences."""
+def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict]) -> Callable[[], None]:
+    """One optimizer step of HF ``XLMRobertaForMaskedLM`` + ``DataCollatorForLanguageModeling`` on the next of
+    ``batches`` (unmasked, then masked by HF's collator), trained as HF ``Trainer`` does (AdamW, linear schedule,
+    clipping); ``Trainer`` itself needs ``accelerate``, which this project does not install."""
     import torch
-    from transformers import (DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments,
-                              XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer)
+    from transformers import (DataCollatorForLanguageModeling, XLMRobertaConfig, XLMRobertaForMaskedLM,
+                              XLMRobertaTokenizer, get_linear_schedule_with_warmup)
 
     from pretrain.models import load_model_config
     from pretrain.models.hf import hf_config
@@ -82,27 +81,26 @@ def run_hf(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict], o
     vocab = Tokenizer.load(tokenizer_dir).vocab_size
     config = XLMRobertaConfig(**hf_config(load_model_config("xlmr-tiny", overrides={"vocab_size": vocab})))
     torch.manual_seed(0)
-    model = XLMRobertaForMaskedLM(config)
-    examples = []
-    for batch in batches:
-        original = torch.where(batch["labels"] == -100, batch["input_ids"], batch["labels"])
-        examples += [{"input_ids": ids.tolist(), "attention_mask": mask.tolist()}
-                     for ids, mask in zip(original, batch["attention_mask"])]
+    model = XLMRobertaForMaskedLM(config).train()
     collator = DataCollatorForLanguageModeling(XLMRobertaTokenizer.from_pretrained(str(tokenizer_dir)), mlm_probability=0.15)
-    ends = [time.perf_counter()]
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=5e-4, betas=(0.9, 0.98), eps=1e-6)
+    schedule = get_linear_schedule_with_warmup(optimizer, 0, args.steps)
+    position = iter(range(len(batches) + args.steps))
 
-    class StepTimer(TrainerCallback):
-        def on_step_end(self, *_args, **_kwargs) -> None:
-            ends.append(time.perf_counter())
-
-    training = TrainingArguments(output_dir=str(out), per_device_train_batch_size=args.batch, max_steps=args.steps,
-                                 learning_rate=5e-4, weight_decay=0.01, adam_beta2=0.98, adam_epsilon=1e-6,
-                                 max_grad_norm=1.0, lr_scheduler_type="linear", logging_steps=args.steps,
-                                 save_strategy="no", report_to=[], use_cpu=True, dataloader_num_workers=0,
-                                 disable_tqdm=True, seed=0)
-    Trainer(model=model, args=training, train_dataset=examples, data_collator=collator,
-            callbacks=[StepTimer()]).train()
-    return median_interval(ends, args.warmup)
+    def step() -> None:
+        batch = batches[next(position)]
+        original = torch.where(batch["labels"] == -100, batch["input_ids"], batch["labels"])
+        inputs = collator([{"input_ids": ids.tolist(), "attention_mask": mask.tolist()}
+                           for ids, mask in zip(original, batch["attention_mask"])])
+        model(**inputs).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
 
 
 def main() -> None:
@@ -118,12 +116,25 @@ def main() -> None:
 
     print(f"tiny XLM-R (configs/models/xlmr-tiny.yaml), seq {args.seq_len}, batch {args.batch}, {args.steps} steps "
           f"({args.warmup} warm-up), {torch.get_num_threads()} threads")
+    ours_times, hf_times, tokens_per_step = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        ours, tokens_per_step, batches = run_ours(args, tokenizer, tokens, Path(tmp) / "ours")
-        hf = run_hf(args, tokenizer, batches, Path(tmp) / "hf")
-    print(f"HF Trainer + DataCollatorForLanguageModeling: {hf * 1000:8.1f} ms/step  {tokens_per_step / hf:9.0f} tokens/s")
-    print(f"pretrain train (DeepSpeed ZeRO-1, fp32):      {ours * 1000:8.1f} ms/step  {tokens_per_step / ours:9.0f} tokens/s")
-    print(f"ratio ours / HF step time: {ours / hf:.2f}x")
+        ours, batches = our_stepper(args, tokenizer, tokens, Path(tmp))
+        hf = None
+        for _ in range(args.steps):  # alternate, so both see the same load on a shared machine
+            start = time.perf_counter()
+            tokens_per_step.append(ours())
+            ours_times.append(time.perf_counter() - start)
+            hf = hf or hf_stepper(args, tokenizer, batches)
+            start = time.perf_counter()
+            hf()
+            hf_times.append(time.perf_counter() - start)
+    ours_s, hf_s = (statistics.median(t[args.warmup:]) for t in (ours_times, hf_times))
+    per_step = statistics.median(tokens_per_step)
+    print(f"HF XLMRobertaForMaskedLM + DataCollatorForLanguageModeling loop: {hf_s * 1000:8.1f} ms/step  "
+          f"{per_step / hf_s:9.0f} tokens/s")
+    print(f"pretrain train (DeepSpeed ZeRO-1, fp32):                         {ours_s * 1000:8.1f} ms/step  "
+          f"{per_step / ours_s:9.0f} tokens/s")
+    print(f"ratio ours / HF step time: {ours_s / hf_s:.2f}x")
 
 
 if __name__ == "__main__":
