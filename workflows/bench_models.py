@@ -1,10 +1,12 @@
 """Benchmark our XLM-R against HF transformers' ``XLMRobertaForMaskedLM`` (baseline), same run,
-same weights, same batch: forward + backward time of one training step's loss.
+same weights, same batch: forward + backward time of one training step's loss. DeBERTa configs
+(``--configs mdeberta-tiny``) compare our DeBERTa encoder with an MLM head against
+``DebertaV2ForMaskedLM`` the same way.
 
 Per config and sequence length it times, interleaved (ours, HF, ours, HF, ...) so that load on a
 shared machine hits both alike:
   * ours (sparse MLM head: logits at the 15 % masked positions only) vs HF (dense head + CE with labels)
-  * ours dense (logits everywhere) vs HF: the same computation, the encoders compared
+  * ours dense (logits everywhere, cross-entropy on the masked rows) vs HF
 and prints ms per step, tokens/s and the ratio ours/HF (< 1: ours faster). With ``--device cuda``
 it runs in bf16 (weights in bf16, as DeepSpeed's bf16 mode) and prints MFU from
 ``pretrain.flops.flops_per_token`` and the GPU's peak (``pretrain.metrics``).
@@ -28,16 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pretrain.flops import flops_per_token  # noqa: E402
 from pretrain.models import MaskedLM, load_model_config  # noqa: E402
-from pretrain.models.hf import hf_config  # noqa: E402
+from pretrain.models.hf import hf_config, to_hf_state_dict  # noqa: E402
 
 
 def hf_twin(ours: MaskedLM, dtype: torch.dtype, device: str) -> torch.nn.Module:
-    """HF XLMRobertaForMaskedLM with our weights (SDPA attention, HF's default)."""
+    """HF's MaskedLM (XLMRobertaForMaskedLM with SDPA attention; DebertaV2ForMaskedLM) with our weights."""
     import transformers
 
-    config = transformers.XLMRobertaConfig(**hf_config(ours.cfg), attn_implementation="sdpa")
-    hf = transformers.XLMRobertaForMaskedLM(config)
-    missing, unexpected = hf.load_state_dict(ours.state_dict(), strict=False)
+    data = hf_config(ours.cfg)
+    if ours.cfg.arch == "xlmr":
+        data["attn_implementation"] = "sdpa"
+    hf = transformers.AutoModelForMaskedLM.from_config(transformers.AutoConfig.for_model(data.pop("model_type"), **data))
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(ours.cfg, ours.state_dict()), strict=False)
     assert not unexpected and all("decoder" in key for key in missing), (missing, unexpected)
     hf.tie_weights()
     return hf.to(device=device, dtype=dtype).train()
@@ -111,7 +115,7 @@ def main() -> int:
     for name in args.configs.split(","):
         for seq_len in (int(s) for s in args.seq.split(",")):
             torch.manual_seed(0)
-            cfg = load_model_config(name)
+            cfg = load_model_config(name, overrides={"objective": "mlm"})
             ours = MaskedLM(cfg).to(device=args.device, dtype=dtype).train()
             ours_dense = MaskedLM(dataclasses.replace(cfg, sparse_mlm_head=False)).to(device=args.device, dtype=dtype)
             ours_dense.load_state_dict(ours.state_dict())

@@ -121,7 +121,8 @@ def _check_deberta_variant(data: dict[str, Any], source: str) -> None:
         raise UserError(f"{source}: pooler_hidden_size must equal hidden_size")
 
 
-def _to_hf_keys(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A MaskedLM's or Classifier's state dict under HF's names (the DeBERTa MLM head renamed)."""
     if cfg.arch == "xlmr":
         return dict(state)
     renamed = {}
@@ -272,18 +273,18 @@ def save_hf(model: nn.Module, cfg: ModelConfig, out_dir: str | Path, tokenizer_d
     if isinstance(model, Classifier):
         _write(out_dir, hf_config(cfg, model.num_labels, labels), state)
     elif isinstance(model, MaskedLM):
-        _write(out_dir, hf_config(cfg), _to_hf_keys(cfg, state))
+        _write(out_dir, hf_config(cfg), to_hf_state_dict(cfg, state))
     elif cfg.objective == "rtd":
         disc = encoder_state_dict(cfg, state)
         disc.update({key.removeprefix("generator."): value for key, value in state.items()
                      if key.startswith("generator.lm_head.")})
         disc.update({key.removeprefix("discriminator."): value for key, value in state.items()
                      if key.startswith("discriminator.mask_predictions.")})
-        _write(out_dir, hf_config(cfg), _to_hf_keys(cfg, disc))
+        _write(out_dir, hf_config(cfg), to_hf_state_dict(cfg, disc))
         if generator:
             gen_cfg = cfg.generator_config()
             gen = {key.removeprefix("generator."): value for key, value in state.items() if key.startswith("generator.")}
-            _write(out_dir / "generator", hf_config(gen_cfg), _to_hf_keys(gen_cfg, gen))
+            _write(out_dir / "generator", hf_config(gen_cfg), to_hf_state_dict(gen_cfg, gen))
     else:
         raise UserError(f"save_hf: cannot export a {type(model).__name__}")
     if tokenizer_dir is not None:
