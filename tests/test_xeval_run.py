@@ -101,14 +101,12 @@ def test_same_predictions_as_plain_hf_loop(run: Path) -> None:
 
 
 def test_seed_is_deterministic(exported: Path, run: Path, tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    for out in (a, b):
-        assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,fr",
-                     "--seeds", "2", *ARGS) == 0
-    assert (a / "results.json").read_bytes() == (b / "results.json").read_bytes()
-    first = json.loads((a / "results.json").read_text())["seeds"][0]
-    full = json.loads((run / "results.json").read_text())["seeds"][1]
-    assert first["history"] == full["history"] and first["test"]["fr"] == full["test"]["fr"]
+    """Seed 2 alone reproduces, to the bit, seed 2 of the two-seed run (history, selection, dev, test)."""
+    out = tmp_path / "again"
+    assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
+                 "--seeds", "2", *ARGS) == 0
+    alone = json.loads((out / "results.json").read_text())["seeds"][0]
+    assert alone == json.loads((run / "results.json").read_text())["seeds"][1]
 
 
 class _Parser(html.parser.HTMLParser):

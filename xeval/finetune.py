@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
 import random
 from typing import Any, Iterator
@@ -16,23 +15,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from .config import TrainConfig
 from .data import LABELS, NLISet
 from .model import Classifier
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    learning_rate: float = 2e-5
-    epochs: int = 3
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    max_length: int = 128
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    eval_every: int = 0
-    device: str = "cpu"
-    bf16: bool = False
 
 
 @dataclasses.dataclass
@@ -210,11 +195,3 @@ def finetune(classifier: Classifier, train: Encoded, dev: dict[str, Encoded], se
     assert best_state is not None
     module.load_state_dict(best_state)
     return {"history": history, "selected": copy.deepcopy(selected), "steps": total}
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

@@ -25,9 +25,9 @@ import torch
 
 from pipeline.errors import UserError
 
+from .config import ENGINES
 from .data import LABELS
 
-ENGINES = ("auto", "ours", "hf")
 OUR_MODEL_TYPES = {"xlm-roberta": "xlmr", "deberta-v2": "deberta-v3"}
 """HF ``model_type`` -> our arch, for the model types our code converts."""
 

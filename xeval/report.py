@@ -11,15 +11,23 @@ import argparse
 import base64
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
 
 from .data import XNLI_LANGUAGES
-from .finetune import mean_std
 
 PUBLISHED = Path(__file__).with_name("published.json")
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -104,43 +112,41 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str], out: Path) -> list[str]:
-    """accuracy.png (per-language bars, error bars = std over seeds) and gap.png (English minus language)."""
+def _bar_chart(path: Path, labels: list[str], series: list[tuple[str, list[float], list[float] | None]],
+               ylabel: str, title: str) -> None:
+    """Grouped bars, one group per label and one bar per (name, values, error bars or None) series."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    x = np.arange(len(langs))
-    width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(6, len(langs) * 0.7), 4))
-    for i, (name, run) in enumerate(zip(names, runs)):
-        test = run["summary"]["test"]
-        means = [100 * test[lang]["mean"] if lang in test else np.nan for lang in langs]
-        stds = [100 * test[lang]["std"] if lang in test else 0 for lang in langs]
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=name)
-    ax.set_xticks(x, langs)
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("XNLI accuracy per language (mean ± std over seeds)")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    others = [lang for lang in langs if lang != "en"]
-    fig, ax = plt.subplots(figsize=(max(6, len(others) * 0.7), 4))
-    for i, (name, run) in enumerate(zip(names, runs)):
-        gap = run["summary"].get("gap", {})
-        ax.bar(np.arange(len(others)) + (i - (len(runs) - 1) / 2) * width,
-               [100 * gap.get(lang, np.nan) for lang in others], width, label=name)
+    x = np.arange(len(labels))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6, len(labels) * 0.7), 4))
+    for i, (name, values, errors) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, yerr=errors, capsize=3, label=name)
     ax.axhline(0, color="black", linewidth=0.5)
-    ax.set_xticks(np.arange(len(others)), others)
-    ax.set_ylabel("English minus language (points)")
-    ax.set_title("Cross-lingual transfer gap")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(out / "gap.png", dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str], out: Path) -> list[str]:
+    """accuracy.png (per-language bars, error bars = std over seeds) and gap.png (English minus language)."""
+    nan = float("nan")
+    accuracy = [(name, [100 * run["summary"]["test"].get(lang, {"mean": nan})["mean"] for lang in langs],
+                 [100 * run["summary"]["test"].get(lang, {"std": 0.0})["std"] for lang in langs])
+                for name, run in zip(names, runs)]
+    _bar_chart(out / "accuracy.png", langs, accuracy, "test accuracy (%)", "Accuracy per language (mean ± std over seeds)")
+    others = [lang for lang in langs if lang != "en"]
+    gaps = [(name, [100 * run["summary"].get("gap", {}).get(lang, nan) for lang in others], None)
+            for name, run in zip(names, runs)]
+    _bar_chart(out / "gap.png", others, gaps, "English minus language (points)", "Cross-lingual transfer gap")
     return ["accuracy.png", "gap.png"]
 
 

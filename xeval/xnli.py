@@ -26,38 +26,22 @@ from pipeline.config import build_dataclass, check_choices_and_ranges, describe,
 from pipeline.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
-from .model import ENGINES
+from .config import ENGINES, TrainConfig
 
 SCHEMA = "xeval.xnli/1"
 DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclasses.dataclass
-class XnliConfig:
+class XnliConfig(TrainConfig):
+    """The evaluation: fine-tuning hyperparameters (TrainConfig) plus languages, seeds, data and model options."""
+
     languages: list[str] = dataclasses.field(default_factory=lambda: list(XNLI_LANGUAGES))
     """Test languages (XNLI codes); every one needs dev and test data."""
     selection_languages: list[str] = dataclasses.field(default_factory=lambda: ["en"])
     """Checkpoint selection: mean dev accuracy over these languages (zero-shot protocol: en)."""
     seeds: list[int] = dataclasses.field(default_factory=lambda: [1, 2, 3])
     """One fine-tuning run per seed (head init, data order, dropout); the report gives mean ± std."""
-    learning_rate: float = 2e-5
-    """AdamW peak learning rate."""
-    epochs: int = 3
-    """Passes over the training set; dev is evaluated after each (and every eval_every steps)."""
-    batch_size: int = 32
-    """Global batch size (split over data-parallel ranks)."""
-    eval_batch_size: int = 128
-    """Batch size for dev/test evaluation."""
-    max_length: int = 128
-    """Tokens per pair after HF's pair encoding (longest-first truncation)."""
-    warmup: float = 0.1
-    """Linear warmup: a fraction of all steps (< 1) or a number of steps (>= 1); then linear decay to 0."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (not on biases and LayerNorm weights)."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm (0: off)."""
-    eval_every: int = 0
-    """Also evaluate dev every this many steps (0: only at epoch ends)."""
     translate_train_all: bool = False
     """Train on every test language's training file found (XNLI-MT multinli.train.<lang>.tsv / HF <lang>/train)."""
     max_train_examples: int = 0
@@ -66,10 +50,6 @@ class XnliConfig:
     """Skip malformed lines (counted, first locations in results.json) instead of stopping at the first."""
     engine: str = "auto"
     """Model code: ours (pretrain.models), hf (transformers AutoModelForSequenceClassification), auto."""
-    device: str = "auto"
-    """auto (cuda when available), cpu or cuda."""
-    bf16: bool = False
-    """bfloat16 autocast (GPU)."""
     save_models: bool = False
     """Write each seed's selected fine-tuned model (HF format) to <out>/models/seed-<s>."""
     dataset_name: str = "XNLI"
@@ -126,7 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-models", action="store_const", const=True, help="save each seed's selected model")
     parser.add_argument("--dataset-name", help="name of the data in the report (default XNLI)")
     parser.add_argument("--data-note", help="note at the top of the report, e.g. 'smoke set, not XNLI'")
-    parser.epilog = "config keys (YAML or --set):\n" + "\n".join(describe(XnliConfig, "", CHOICES))
+    documented = {line.split(" (", 1)[0]: line for line in describe(TrainConfig, "", CHOICES)}
+    lines = [documented.get(line.split(" (", 1)[0], line) for line in describe(XnliConfig, "", CHOICES)]
+    parser.epilog = "config keys (YAML or --set):\n" + "\n".join(lines)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,7 +159,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     import transformers
 
     from . import report
-    from .finetune import Encoded, TrainConfig, encode, finetune, init_distributed, scores, confusion, seed_everything
+    from .finetune import Encoded, encode, finetune, init_distributed, scores, confusion, seed_everything
     from .model import load_classifier
 
     root = Path(data)
@@ -194,8 +176,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     test_sets, test_logs = load_split(root, "test", tuple(eval_langs), cfg.skip_malformed)
     for nli in train_sets.values():
         _cut(nli, cfg.max_train_examples)
-    tcfg = TrainConfig(cfg.learning_rate, cfg.epochs, cfg.batch_size, cfg.eval_batch_size, cfg.max_length, cfg.warmup,
-                       cfg.weight_decay, cfg.max_grad_norm, cfg.eval_every, device, cfg.bf16)
+    tcfg = dataclasses.replace(cfg, device=device)
     out_dir = Path(out)
     seeds_out: list[dict[str, Any]] = []
     tokens: dict[str, dict[str, Encoded]] = {}
