@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import describe, load_config, read_yaml
+from .config import describe_corpus_config, load_config
+from .configfile import read_yaml
 from .errors import UserError
 
 RUN_EPILOG = """\
@@ -123,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="run the corpus pipeline (read -> exact dedup -> language ID -> shards)",
         description="Run the CCNet-style corpus pipeline on WET/WARC files with Apache Beam.",
-        epilog=RUN_EPILOG.format(keys="\n".join(describe())), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=RUN_EPILOG.format(keys="\n".join(describe_corpus_config())), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--config", help="YAML config (see configs/corpus/); keys listed below")
     run.add_argument("--input", action="append", help="glob of WET/WARC files, local or gs:// s3:// (repeatable; "
                      "replaces the config's input)")

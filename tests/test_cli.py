@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.config import describe
+from pipeline.config import describe_corpus_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def test_help_documents_every_option():
     out = cli("run", "--help").stdout
     for flag in ("--config", "--input", "--output", "--runner", "--set", "--overwrite", "--no-progress"):
         assert flag in out
-    for line in describe():
+    for line in describe_corpus_config():
         key = line.split()[0]
         assert f"  {key} (default" in out, key
 

@@ -1,0 +1,159 @@
+"""YAML configs as strict dataclasses, shared by the pipeline, pretrain and xeval commands.
+
+Every key must exist (a typo is an error naming the key and the file), every value is checked for
+type and range. ``--set section.key=value`` overrides one value (the value is read as YAML).
+Light on purpose (no Beam import), so the trainer can use it on machines without Beam.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Check ``value`` against a dataclass field's type hint, converting int -> float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), where)
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise UserError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], where) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool) or hint is not bool and isinstance(value, bool):
+        raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
+    if not isinstance(value, hint):
+        raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
+    """``cls`` built from a mapping, recursing into nested dataclasses; unknown keys and wrong types are UserErrors."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: {prefix or 'the config'} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        key = f"{prefix}{unknown[0]}"
+        raise UserError(f"{source}: unknown config key {key!r} (known under {prefix.rstrip('.') or 'top level'}: "
+                        f"{', '.join(sorted(known))})")
+    values = {}
+    for name, value in data.items():
+        hint, where = hints[name], f"{source}: {prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = build_dataclass(hint, value, source, f"{prefix}{name}.")
+        else:
+            values[name] = _coerce(value, hint, where)
+    return cls(**values)
+
+def check_choices_and_ranges(cfg: Any, source: str, choices: dict[str, tuple[str, ...]],
+                             ranges: dict[str, tuple[Any, Any]]) -> None:
+    """UserError naming the first dotted key whose value is not among its choices or out of its range."""
+    for key, allowed in choices.items():
+        value = _get(cfg, key)
+        if value not in allowed:
+            raise UserError(f"{source}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+    for key, (low, high) in ranges.items():
+        value = _get(cfg, key)
+        if value is None:
+            continue
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise UserError(f"{source}: {key}={value} is out of range [{low if low is not None else '-∞'}, "
+                            f"{high if high is not None else '∞'}]")
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+        if not isinstance(data, dict):
+            raise UserError(f"--set {dotted}: {part} is not a section")
+    data[leaf] = value
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """A YAML config file's top-level mapping; a missing or malformed file is a UserError."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config {path}: no such file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(loaded or {}, dict):
+        raise UserError(f"config {path}: expected a mapping at the top level")
+    return loaded or {}
+
+def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None,
+                       sets: list[str] | None = None) -> dict[str, Any]:
+    """The YAML file's mapping (if any) with ``--set key=value`` strings (values read as YAML) and
+    direct overrides (None values ignored) applied at their dotted keys."""
+    data: dict[str, Any] = read_yaml(path) if path else {}
+    for item in sets or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r}: expected key=value, e.g. section.key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
+        _set_dotted(data, key.strip(), value)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    return data
+
+def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """One line per config key of dataclass ``cls`` with its default, choices and attribute docstring (for --help)."""
+    choices_by_key = choices_by_key or {}
+    lines = []
+    docs = _field_docs(cls)
+    for field in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[field.name]
+        if dataclasses.is_dataclass(hint):
+            lines.extend(describe(hint, f"{prefix}{field.name}.", choices_by_key))
+            continue
+        if field.default is not dataclasses.MISSING:
+            default = f"default {field.default!r}"
+        elif field.default_factory is not dataclasses.MISSING:
+            default = f"default {field.default_factory()!r}"
+        else:
+            default = "required"
+        choices = choices_by_key.get(f"{prefix}{field.name}")
+        doc = docs.get(field.name, "")
+        if choices:
+            doc = f"{doc} One of: {', '.join(choices)}.".strip()
+        lines.append(f"  {prefix}{field.name} ({default}){': ' + doc if doc else ''}")
+    return lines
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (the string literal after a field) of a dataclass."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
+    return docs
