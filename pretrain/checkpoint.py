@@ -8,6 +8,8 @@ files (``save_latest=False``), every rank writes its state file (temp name + ren
 meet, rank 0 checks that every expected file is there and only then replaces ``latest`` (temp file +
 ``os.replace``), and prunes to the newest ``keep`` complete checkpoints (never the one ``latest``
 names). A process killed anywhere in between leaves ``latest`` on the previous good checkpoint.
+``step-<N>-universal/`` is DeepSpeed's universal form of ``step-<N>`` (``train --resume --universal``
+converts to it), loadable on another rank count.
 
 Fault injection for tests: ``PRETRAIN_FAULT=<point>@<step>`` with point ``mid_save`` (DeepSpeed's
 files written, ``latest`` not yet moved) or ``after_save`` makes the process print
@@ -33,6 +35,7 @@ TAG_PREFIX = "step-"
 LATEST = "latest"
 META = "meta.json"
 RANK_STATE = "trainer_state_rank{rank}.pt"
+UNIVERSAL_SUFFIX = "-universal"
 
 
 def tag_for(step: int) -> str:
@@ -127,7 +130,12 @@ class CheckpointManager:
         if self.rank == 0 and tag_dir.exists():
             shutil.rmtree(tag_dir)  # left by an interrupted save or a run resumed from an older tag
         dist.barrier()
-        client_state = {**meta, **rank_state}
+        from deepspeed.checkpoint.constants import (UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY,
+                                                    UNIVERSAL_CHECKPOINT_VERSION_VALUE)
+
+        # the universal-checkpoint record lets ds_to_universal convert this checkpoint for another rank count
+        universal = {UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}}
+        client_state = {**meta, **rank_state, **universal}
         engine.save_checkpoint(str(self.directory), tag=tag, client_state=client_state, save_latest=False)
         fault_point("mid_save", step)
         _write_atomic(tag_dir / RANK_STATE.format(rank=self.rank), lambda p: torch.save(rank_state, p))
@@ -176,23 +184,49 @@ class CheckpointManager:
             raise UserError(f"--resume: checkpoint {tag_dir} is incomplete (missing {', '.join(missing)})")
         return tag
 
-    def load(self, engine: Any, tag: str, expected: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def load(self, engine: Any, tag: str, expected: dict[str, Any],
+             universal: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Load ``tag`` into ``engine`` after checking it was written for the same model, tokenizer and world
-        size as ``expected`` (meta keys); returns (meta, this rank's state)."""
+        size as ``expected`` (meta keys); returns (meta, this rank's state). With ``universal`` (the engine
+        built with ``checkpoint.load_universal``) the checkpoint is converted by DeepSpeed's ds_to_universal
+        into ``<tag>-universal`` (once) and loaded on any rank count; there is no rank state then (None)."""
+        import deepspeed.comm as dist
+
         tag_dir = self.directory / tag
         meta = read_meta(tag_dir)
         for key, what in (("model_config", "another model config"), ("tokenizer_fingerprint", "another tokenizer")):
             if meta[key] != expected[key]:
                 raise UserError(f"--resume: checkpoint {tag_dir} was written for {what} ({key} differs: "
                                 f"{_diff(meta[key], expected[key])}); start a new run dir or resume the matching config")
-        if meta["world_size"] != self.world_size:
+        if meta["world_size"] != self.world_size and not universal:
             raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
-                            f"{self.world_size}: exact resume needs the same count (see README: universal checkpoints)")
-        load_path, _ = engine.load_checkpoint(str(self.directory), tag=tag)
+                            f"{self.world_size}: exact resume needs the same count; add --universal to continue "
+                            f"through a DeepSpeed universal checkpoint (data order not exact)")
+        load_tag = tag
+        if universal:
+            load_tag = f"{tag}{UNIVERSAL_SUFFIX}"
+            if self.rank == 0 and not (self.directory / load_tag).is_dir():
+                convert_to_universal(tag_dir, self.directory / load_tag)
+            dist.barrier()
+        load_path, _ = engine.load_checkpoint(str(self.directory), tag=load_tag)
         if load_path is None:
-            raise UserError(f"--resume: DeepSpeed could not load {tag_dir}")
+            raise UserError(f"--resume: DeepSpeed could not load {self.directory / load_tag}")
+        if universal:
+            return meta, None
         rank_state = torch.load(tag_dir / RANK_STATE.format(rank=self.rank), map_location="cpu", weights_only=False)
         return meta, rank_state
+
+
+def convert_to_universal(tag_dir: Path, out: Path) -> None:
+    """DeepSpeed's ds_to_universal on ``tag_dir`` into ``out`` (written under a temp name, then renamed)."""
+    import subprocess
+
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    proc = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(tag_dir),
+                           "--output_folder", str(tmp)], capture_output=True, text=True)
+    if proc.returncode:
+        raise UserError(f"ds_to_universal failed on {tag_dir}: {proc.stderr.strip().splitlines()[-1:]}")
+    os.replace(tmp, out)
 
 
 def _diff(saved: Any, current: Any) -> str:

@@ -243,7 +243,7 @@ def _mlm_loss(metrics: dict[str, Any]) -> Any:
 class Trainer:
     """One rank of a training run: engine, loader, checkpoints and metrics."""
 
-    def __init__(self, cfg: RunConfig, source: str) -> None:
+    def __init__(self, cfg: RunConfig, source: str, universal: bool = False) -> None:
         import deepspeed
         import deepspeed.comm as dist
         import torch
@@ -258,7 +258,7 @@ class Trainer:
         self.cfg = cfg
         deepspeed.init_distributed(verbose=False)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        tokenizer = Tokenizer.load(cfg.tokenizer)
+        self.tokenizer = tokenizer = Tokenizer.load(cfg.tokenizer)
         shards = TokenShards.open(cfg.tokens)
         try:
             shards.check_tokenizer(tokenizer)
@@ -269,6 +269,9 @@ class Trainer:
             raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum "
                             f"{self.model_cfg.max_sequence_length}")
         self.ds_config = deepspeed_config(cfg, self.world_size, source)
+        self.universal = universal
+        if universal:
+            self.ds_config["checkpoint"] = {**self.ds_config.get("checkpoint", {}), "load_universal": True}
         self.accum = self.ds_config["gradient_accumulation_steps"]
         self.meta = {"model_config": self.model_cfg.to_dict(), "tokenizer_fingerprint": tokenizer.fingerprint,
                      "tokenizer_dir": str(Path(cfg.tokenizer).resolve()), "world_size": self.world_size,
@@ -292,20 +295,36 @@ class Trainer:
         self.step = 0
 
     def resume(self, tag: str | None) -> None:
-        """Load a checkpoint (``latest`` when ``tag`` is None): weights, optimizer, schedule, loader, RNG, step."""
-        import deepspeed.comm as dist
+        """Load a checkpoint (``latest`` when ``tag`` is None): weights, optimizer, schedule, loader, RNG, step.
+        Through a universal checkpoint (another rank count) the loaders and RNGs restart from seeds offset by the step."""
+        import random
 
-        from pretrain.checkpoint import set_rng_state, step_of
+        import deepspeed.comm as dist
+        import numpy as np
+        import torch
+
+        from pretrain.checkpoint import set_rng_state
+        from pretrain.loader import MLMLoader
 
         tag = self.checkpoints.resolve(tag)
-        meta, rank_state = self.checkpoints.load(self.engine, tag, self.meta)
-        self.loader.load_state_dict(rank_state["loader"])
-        set_rng_state(rank_state["rng"])
+        meta, rank_state = self.checkpoints.load(self.engine, tag, self.meta, universal=self.universal)
         self.step = meta["step"]
+        if rank_state is None:
+            loader_cfg = dataclasses.replace(self.cfg.loader, seed=self.cfg.loader.seed + self.step)
+            self.loader = MLMLoader(self.loader.shards, loader_cfg, self.rank, self.world_size, self.tokenizer)
+            seed = self.cfg.seed + self.step * self.world_size + self.rank
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+            if self.rank == 0:
+                print(f"resumed {tag} (written by {meta['world_size']} ranks) on {self.world_size} ranks through a "
+                      f"universal checkpoint: data order restarts with loader seed {loader_cfg.seed}", flush=True)
+        else:
+            self.loader.load_state_dict(rank_state["loader"])
+            set_rng_state(rank_state["rng"])
         if self.rank == 0 and self.checkpoints.latest() != tag:
             self.checkpoints.point_latest(tag)  # checkpoints after this one belong to an abandoned future
         dist.barrier()
-        assert step_of(tag) == self.step
 
     def train(self) -> dict[str, Any]:
         """Train to ``cfg.steps``; returns the last training record."""
@@ -413,6 +432,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deepspeed-config", dest="deepspeed", help="DeepSpeed JSON (overrides `deepspeed`)")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="TAG",
                         help="continue from the checkpoint `latest` names, or from TAG (step-<N>)")
+    parser.add_argument("--universal", action="store_true",
+                        help="with --resume: load through a DeepSpeed universal checkpoint (step-<N> is converted to "
+                             "step-<N>-universal once), to continue on another number of GPUs; not bit-exact: the "
+                             "data order restarts with a seed offset by the step")
     parser.epilog = "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
 
 
@@ -435,7 +458,9 @@ def _free_port() -> int:
 def main(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.set, {"output": args.output, "steps": args.steps, "deepspeed": args.deepspeed})
     _single_process_env()
-    trainer = Trainer(cfg, args.config)
+    if args.universal and not args.resume:
+        raise UserError("--universal goes with --resume")
+    trainer = Trainer(cfg, args.config, universal=args.universal)
     if args.resume:
         trainer.resume(None if args.resume == "latest" else args.resume)
     record = trainer.train()

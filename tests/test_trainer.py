@@ -290,6 +290,14 @@ def test_two_ranks_with_the_deepspeed_launcher(tmp_path: Path, sample_tokenizer:
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sorted(records) == [1, 2, 3, 4]
     assert (tmp_path / "run" / "hf" / "model.safetensors").is_file()
+    # the same run continued on one rank: refused for exact resume, done through a universal checkpoint
+    one_rank = subprocess.run([sys.executable, "-m", "pretrain", "train", "--config", str(config), "--resume"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+    assert one_rank.returncode == 2 and "written by 2 ranks, this run has 1" in one_rank.stderr
+    finish(train_process(config, "--resume", "--universal", "--steps", "6"))
+    assert (step.parent / "step-4-universal").is_dir() and (step.parent / LATEST).read_text() == "step-6"
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert sorted(records) == [1, 2, 3, 4, 5, 6] and records[5]["loss"] < records[1]["loss"]
 
 
 def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path: Path) -> None:
