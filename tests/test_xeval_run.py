@@ -206,7 +206,7 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
 
 def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, capsys) -> None:
     config = tmp_path / "xnli.yaml"
-    config.write_text("languages: [en, fr, de, es]\nseeds: [4]\nepochs: 1\ntranslate_train_all: true\n")
+    config.write_text("languages: [en, fr, de, es]\nseeds: [4]\nepochs: 1\ntranslate_train_all: true\neval_every: 2\n")
     out = tmp_path / "tta"
     assert xeval("xnli", "--config", str(config), "--model", str(exported), "--data", str(FIXTURES), "--out", str(out),
                  *ARGS[2:]) == 0
@@ -214,7 +214,7 @@ def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, cap
     assert results["mode"] == "translate-train-all"
     assert results["data"]["train_languages"] == ["en", "fr", "de"]  # es has no training file
     assert [f["examples"] for f in results["data"]["files"]["train"]] == [{"en": 24}, {"fr": 6}, {"de": 6}]
-    assert results["seeds"][0]["history"][0]["step"] == 5  # ceil(36 / 8)
+    assert [p["step"] for p in results["seeds"][0]["history"]] == [2, 4, 5]  # every 2 steps + epoch end (ceil(36 / 8))
     config.write_text("languages: [en]\nlearning_rat: 0.1\n")
     assert "unknown config key 'learning_rat'" in _error(capsys, "xnli", "--config", str(config), "--model", str(exported),
                                                          "--data", str(FIXTURES), "--out", str(out))
