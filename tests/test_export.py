@@ -1,0 +1,48 @@
+"""`pretrain export` on a trained mDeBERTa-v3 checkpoint (ZeRO-2): HF directories for the discriminator and the
+generator, run dir / checkpoints dir / step dir addressing, and one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
+from test_trainer import ROOT, single_rank, trainer_for  # noqa: F401
+
+from pretrain.__main__ import main
+from pretrain.checkpoint import load_for_inference, resolve_path
+
+
+def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokenizer: Path, sample_tokens: Path,
+                               capsys: pytest.CaptureFixture) -> None:
+    from transformers import AutoModelForMaskedLM
+
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, model="mdeberta-tiny", steps=2,
+                          deepspeed=str(ROOT / "configs/deepspeed/zero2.json"), intervals={"checkpoint": 1, "keep": 2})
+    trainer.train()
+    run = tmp_path / "run"
+    assert resolve_path(str(run)) == (run / "checkpoints", "step-2")
+    assert resolve_path(str(run / "checkpoints"), "step-1") == (run / "checkpoints", "step-1")
+    assert resolve_path(str(run / "checkpoints" / "step-1")) == (run / "checkpoints", "step-1")
+    assert main(["export", "--checkpoint", str(run), "--tag", "step-1", "--out", str(tmp_path / "hf")]) == 0
+    disc = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf"))
+    gen = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf" / "generator"))
+    assert type(disc).__name__ == type(gen).__name__ == "DebertaV2ForMaskedLM"
+    assert (tmp_path / "hf" / "spm.model").is_file()
+    _, model, _ = load_for_inference(str(run / "checkpoints" / "step-1"))
+    ours = model.state_dict()
+    name = next(k for k in ours if k.startswith("generator.") and k.endswith("word_embeddings.weight"))
+    torch.testing.assert_close(gen.state_dict()["deberta.embeddings.word_embeddings.weight"], ours[name])
+    assert main(["export", "--checkpoint", str(run / "checkpoints" / "step-1"), "--tag", "step-2",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "--tag step-2 names another one" in capsys.readouterr().err
+    assert main(["export", "--checkpoint", str(run / "checkpoints"), "--tag", "step-7", "--out", str(tmp_path / "x")]) == 2
+    assert "no checkpoint 'step-7'" in capsys.readouterr().err
+
+
+def test_export_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "hf")]) == 2
+    assert "no such checkpoint, checkpoints or run directory" in capsys.readouterr().err
+    (tmp_path / "checkpoints").mkdir()
+    assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "hf")]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
