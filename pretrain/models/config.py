@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import build_dataclass, check_choices_and_ranges, merged_config_data
+from pipeline.configfile import build_dataclass, check_choices_and_ranges, merged_config_data
 from pipeline.errors import UserError
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
