@@ -222,9 +222,10 @@ def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, cap
 
 @pytest.mark.slow
 def test_two_ranks_match_one(exported: Path, tmp_path: Path) -> None:
-    """torchrun with 2 CPU ranks (gloo, each half of every batch) gives the single process's results
-    when dropout is off (the gradient is the same mean; only float summation order differs)."""
+    """The DeepSpeed launcher with 2 CPU ranks (gloo, each half of every batch) gives the single process's
+    results when dropout is off (the gradient is the same mean; only float summation order differs)."""
     import os
+    import socket
     import subprocess
     import sys
 
@@ -235,10 +236,15 @@ def test_two_ranks_match_one(exported: Path, tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps(config))
     common = ["--model", str(model), "--data", str(FIXTURES), "--languages", "en,fr,zh", "--seeds", "1", *ARGS]
     assert xeval("xnli", "--out", str(tmp_path / "one"), *common) == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    "-m", "xeval", "xnli", "--out", str(tmp_path / "two"), *common], check=True, env=env,
-                   cwd=Path(__file__).parents[1], timeout=600)
+    launch_env = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {**{k: v for k, v in os.environ.items() if k not in launch_env}, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    proc = subprocess.run([str(Path(sys.executable).with_name("deepspeed")), "--num_nodes", "1", "--num_accelerators", "2",
+                           "--master_port", port, "--no_local_rank", "--module", "xeval", "xnli", "--out", str(tmp_path / "two"), *common],
+                          env=env, cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
     assert two["environment"]["world_size"] == 2
     assert [p["score"] for p in one["seeds"][0]["history"]] == [p["score"] for p in two["seeds"][0]["history"]]

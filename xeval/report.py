@@ -158,12 +158,15 @@ def _notes(runs: list[dict[str, Any]], names: list[str]) -> list[str]:
         picked = ", ".join(f"seed {s['seed']}: epoch {s['selected']['epoch']} step {s['selected']['step']} "
                            f"(dev {_pct(s['selected']['score'])})" for s in run["seeds"])
         note = f" **{data['note']}**" if data.get("note") else ""
+        files = [f for split in data["files"].values() for f in split]
+        left_out = (f" Left out while reading: {sum(f['skipped_no_label'] for f in files)} unlabeled, "
+                    f"{sum(f['malformed'] for f in files)} malformed.")
         lines.append(f"{name}: data {data['name']} ({data['root']}){note}; mode {run['mode']}, trained on "
                      f"{', '.join(data['train_languages'])}; model {run['model'].get('path')} "
                      f"(engine {run['model'].get('engine')}, {run['model'].get('class')}); selection on "
                      f"{sel['split']} {', '.join(sel['languages'])}: {picked}; lr {cfg['learning_rate']}, "
                      f"epochs {cfg['epochs']}, batch {cfg['batch_size']}, max length {cfg['max_length']}, "
-                     f"warmup {cfg['warmup']}, seeds {', '.join(map(str, cfg['seeds']))}.")
+                     f"warmup {cfg['warmup']}, seeds {', '.join(map(str, cfg['seeds']))}.{left_out}")
     return lines
 
 

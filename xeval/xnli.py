@@ -8,8 +8,9 @@ pretrain export`) or one of our training runs / checkpoints. --data is a folder 
 files (found anywhere below it): XNLI-1.0 xnli.dev.tsv + xnli.test.tsv, XNLI-MT-1.0
 multinli/multinli.train.<lang>.tsv or MultiNLI multinli_1.0_train.jsonl, or HF `datasets` xnli
 saved per language (<lang>/train|validation|test as save_to_disk dirs or Parquet files).
-Multi-GPU / multi-node: start it under the DeepSpeed launcher or torchrun (RANK/WORLD_SIZE set);
-each rank trains on its share of every batch.
+Multi-GPU / multi-node: start it under the DeepSpeed launcher (`deepspeed --num_gpus N --no_local_rank
+--module xeval xnli ...`, or with a hostfile) or torchrun (RANK/WORLD_SIZE set); each rank trains on its
+share of every batch and evaluates its share of every set (counts are summed).
 """
 from __future__ import annotations
 
