@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeline.config import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
 from pipeline.errors import UserError
 from pretrain.loader import LoaderConfig
 
