@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from pipeline.errors import UserError
@@ -25,9 +26,20 @@ def _overview(prog: str, doc: str, commands: Commands) -> str:
     return "\n".join(lines)
 
 
+def _without_leading_local_rank(argv: list[str]) -> list[str]:
+    """Drop the ``--local_rank=N`` the DeepSpeed launcher puts before the command (without
+    ``--no_local_rank``); the rank is in the environment (LOCAL_RANK) either way."""
+    argv = list(argv)
+    while argv and argv[0].replace("-", "_").startswith("__local_rank"):
+        flag = argv.pop(0)
+        value = flag.partition("=")[2] if "=" in flag else (argv.pop(0) if argv else "")
+        os.environ.setdefault("LOCAL_RANK", value)
+    return argv
+
+
 def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = None) -> int:
     """Parse ``argv`` for the named subcommand and run it."""
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _without_leading_local_rank(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_overview(prog, doc, commands))
         return 0 if argv else 2
