@@ -36,6 +36,11 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise UserError(f"{where}: expected a number, got {value!r}") from None
     if hint is bool and not isinstance(value, bool) or hint is not bool and isinstance(value, bool):
         raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
     if not isinstance(value, hint):

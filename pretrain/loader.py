@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from pipeline.configfile import build_dataclass, check_choices_and_ranges
 from pipeline.errors import UserError
 
 from .shards import DocList, TokenShards
@@ -71,8 +72,6 @@ class LoaderConfig:
 
     def validate(self, source: str, section: str = "") -> None:
         """UserError naming the first bad key (as ``section.key`` when the config is a section) in ``source``."""
-        from pipeline.config import check_choices_and_ranges  # imports Beam: not at import time
-
         prefix = f"{section}." if section else ""
         root = types.SimpleNamespace(**{section: self}) if section else self
         check_choices_and_ranges(root, source, {f"{prefix}masking": MASKINGS},
@@ -83,8 +82,6 @@ class LoaderConfig:
 
 def loader_config(data: dict[str, Any], source: str) -> LoaderConfig:
     """A checked :class:`LoaderConfig` from a mapping (e.g. a YAML section)."""
-    from pipeline.config import build_dataclass
-
     cfg = build_dataclass(LoaderConfig, data, source)
     cfg.validate(source)
     return cfg

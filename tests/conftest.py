@@ -64,6 +64,7 @@ def gz(record: bytes) -> bytes:
 
 
 sys.path.insert(0, str(Path(__file__).parent))
+from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: E402,F401  (session fixtures)
 
 SAMPLE_LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
 HELD_OUT = 0.2

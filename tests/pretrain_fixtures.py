@@ -1,8 +1,6 @@
 """Session fixtures for the pretraining and evaluation tests: a small tokenizer trained on the sample
-corpus and its token shards. tests/conftest.py imports them (``from pretrain_fixtures import *``).
-
-Both are built once per test session under pytest's base temporary directory, even when several
-test modules import the fixtures themselves."""
+corpus and its token shards; tests/conftest.py imports them. Both are built once per test session
+under pytest's base temporary directory."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -71,3 +71,15 @@ def test_malformed_yaml_config_is_one_line(command, tmp_path):
     (tmp_path / "bad.yaml").write_text("input: [a\n  b: :\n")
     result = cli(*command, "--config", str(tmp_path / "bad.yaml"))
     assert result.returncode == 2 and "not valid YAML" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_float_written_without_a_dot_is_a_number(tmp_path):
+    """PyYAML reads ``1e-4`` as a string (YAML 1.1); float keys accept it, a non-number stays an error."""
+    from pipeline.configfile import build_dataclass, merged_config_data
+    from pipeline.config import SamplingConfig
+    from pipeline.errors import UserError
+
+    cfg = build_dataclass(SamplingConfig, merged_config_data(None, sets=["alpha=3e-1"]), "cmd")
+    assert cfg.alpha == 0.3
+    with pytest.raises(UserError, match="alpha: expected a number, got 'x'"):
+        build_dataclass(SamplingConfig, merged_config_data(None, sets=["alpha=x"]), "cmd")

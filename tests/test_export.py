@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
 from test_trainer import ROOT, single_rank, trainer_for  # noqa: F401
 
 from pretrain.__main__ import main

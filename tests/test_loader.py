@@ -13,7 +13,6 @@ from pipeline.errors import UserError
 from pretrain.loader import IGNORE, LoaderConfig, MLMLoader, loader_config
 from pretrain.shards import TokenShards
 from pretrain.tokenizer import Tokenizer
-from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
 
 CHI2_DF10_P001 = 29.588  # chi-square critical value, 10 degrees of freedom, p = 0.001
 

@@ -12,7 +12,6 @@ from pipeline.errors import UserError
 from pretrain.__main__ import main
 from pretrain.shards import TokenShards, tokenize_corpus, valid_score
 from pretrain.tokenizer import Tokenizer, language_shards, train_tokenizer
-from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
 
 VALID = 0.02
 

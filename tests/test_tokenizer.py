@@ -11,7 +11,7 @@ import pytest
 from pipeline.errors import UserError
 from pretrain.__main__ import main
 from pretrain.tokenizer import HF_MODEL, OUR_MODEL, Tokenizer, language_shards, read_texts, train_tokenizer
-from pretrain_fixtures import SAMPLE_VOCAB, sample_tokenizer  # noqa: F401
+from pretrain_fixtures import SAMPLE_VOCAB
 
 DOCS_PER_LANGUAGE = 25
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
 
 from pipeline.errors import UserError
 from pretrain.checkpoint import LATEST, META, RANK_STATE, load_for_inference

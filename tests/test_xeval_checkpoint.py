@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "data" / "xnli"

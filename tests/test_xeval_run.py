@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain_fixtures import sample_tokenizer  # noqa: F401  (session fixture)
 
 FIXTURES = Path(__file__).parent / "data" / "xnli"
 LANGS = "en,fr,de,zh,ar,sw"

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
 from pipeline.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
