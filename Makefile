@@ -22,6 +22,12 @@ bench: setup
 	$(PY) workflows/bench_pipeline.py
 	$(PY) workflows/bench_perplexity.py
 	$(PY) workflows/bench_neardup.py
+	$(PY) workflows/bench_tokenize.py
+	$(PY) workflows/bench_loader.py
+	$(PY) workflows/bench_models.py --configs xlmr-tiny,mdeberta-tiny --seq 128,512 --batch 8
+	$(PY) workflows/bench_models.py --configs xlmr-base --seq 128,512 --batch 4 --iters 3
+	$(PY) workflows/bench_trainer.py
+	$(PY) workflows/bench_xeval.py
 
 sdist: setup
 	$(PY) -m build --sdist --no-isolation -o dist .

@@ -43,8 +43,9 @@ def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
     try:
         with fs.open_read(path) as stream:
             yield from reader.read(stream)
-    except OSError as exc:  # the file vanished or cannot be read: the rest of the job goes on
-        yield Rejected(path, 0, "unreadable_file", str(exc))
+    except Exception as exc:  # noqa: BLE001  vanished, unreadable, or the store's client gave up (S3/GCS
+        # errors are not OSErrors): the file goes to rejected/ and the rest of the job goes on
+        yield Rejected(path, 0, "unreadable_file", f"{type(exc).__name__}: {exc}")
 
 
 class HashFile(beam.DoFn):

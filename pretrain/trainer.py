@@ -460,6 +460,10 @@ def main(args: argparse.Namespace) -> int:
     _single_process_env()
     if args.universal and not args.resume:
         raise UserError("--universal goes with --resume")
+    latest = Path(cfg.output) / "checkpoints" / "latest"
+    if not args.resume and latest.exists():
+        raise UserError(f"run dir {cfg.output} already holds checkpoints (latest: {latest.read_text().strip()}): "
+                        f"pass --resume to continue it, or choose another output")
     trainer = Trainer(cfg, args.config, universal=args.universal)
     if args.resume:
         trainer.resume(None if args.resume == "latest" else args.resume)

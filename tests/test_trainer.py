@@ -215,6 +215,17 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
         trainer_for(tmp_path, other, sample_tokens)
 
 
+def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Starting without --resume in a run dir that has checkpoints is refused before anything is loaded."""
+    from pretrain.__main__ import main
+
+    config = write_config(tmp_path / "run.yaml", tmp_path / "tok", tmp_path / "tokens")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-4")
+    assert main(["train", "--config", str(config)]) == 2
+    assert "already holds checkpoints (latest: step-4): pass --resume" in capsys.readouterr().err
+
+
 # --- subprocesses: SIGKILL and resume, the launcher --------------------------------------------------------
 
 def train_process(config: Path, *args: str, fault: str | None = None) -> subprocess.Popen:

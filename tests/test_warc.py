@@ -121,3 +121,21 @@ def test_header_names_are_case_insensitive():
               b"warc-record-id: <urn:uuid:abc>\r\nContent-Length: %d\r\n\r\n" % len(body)) + body + b"\r\n\r\n"
     [doc] = read(gz(record))
     assert (doc["id"], doc["url"], doc["date"]) == ("<urn:uuid:abc>", "https://x.org/", "2024-01-01T00:00:00Z")
+
+
+def test_a_file_the_store_cannot_serve_is_rejected_not_fatal(monkeypatch):
+    """Object-store clients raise their own errors (boto's, Google's), not OSError: still one rejected record."""
+    from pipeline import beam_pipeline
+    from pipeline.config import ReadConfig
+
+    class S3ClientError(Exception):
+        pass
+
+    def unavailable(path: str):
+        raise S3ClientError("503 SlowDown")
+
+    monkeypatch.setattr(beam_pipeline.fs, "open_read", unavailable)
+    [record] = beam_pipeline.read_file("s3://bucket/CC-MAIN-x.warc.wet.gz", ReadConfig())
+    assert isinstance(record, Rejected)
+    assert (record.source, record.reason, record.detail) == (
+        "s3://bucket/CC-MAIN-x.warc.wet.gz", "unreadable_file", "S3ClientError: 503 SlowDown")
