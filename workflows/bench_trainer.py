@@ -1,12 +1,15 @@
-"""Benchmark our DeepSpeed trainer against HF's MLM recipe (run_mlm: ``XLMRobertaForMaskedLM`` +
-``DataCollatorForLanguageModeling``, AdamW, linear schedule, clipping, in the loop HF ``Trainer`` runs;
-``Trainer`` itself needs ``accelerate``, which is not installed, and would only add its own overhead).
+"""Benchmark our DeepSpeed trainer against HF's MLM recipe on the same tiny XLM-R, data and batch:
 
-Both train the same tiny XLM-R (HF's model built from the same config) on the same sequences (our
-loader's batches, unmasked again for HF's collator to mask with mlm_probability 0.15) with the same
-micro batch, AdamW, lr and clipping, in this one process. Reports the
-median step time (data and masking included; the two alternate step by step so that both see the same
-load on a shared machine) after ``--warmup`` steps, non-padding tokens/s, and the ratio ours / HF (< 1: ours is faster).
+  * baseline 1, HF ``Trainer`` (transformers + accelerate) with ``DataCollatorForLanguageModeling``
+    (mlm_probability 0.15), as ``run_mlm`` sets it up: AdamW, linear schedule, clipping; step times from
+    a callback (between consecutive ``on_step_end``: data, masking, forward, backward, optimizer);
+  * baseline 2, the same recipe as a plain loop (what ``Trainer`` runs, without its own overhead).
+
+All train HF's model built from our config on the same sequences (our loader's batches, unmasked again for
+HF's collator to mask) with the same micro batch, AdamW, lr and clipping, in this one process. Reports
+median step times after ``--warmup`` steps (ours and the plain loop alternate step by step, so both see
+the same load; ``Trainer`` runs after them), non-padding tokens/s, and ratios ours / baseline (< 1: ours
+is faster).
 
     .venv/bin/python workflows/bench_trainer.py [--work out/bench/trainer] [--steps 30] [--seq-len 128] [--batch 8]
 
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -66,13 +69,10 @@ def our_stepper(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir
     return step, seen
 
 
-def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict]) -> Callable[[], None]:
-    """One optimizer step of HF ``XLMRobertaForMaskedLM`` + ``DataCollatorForLanguageModeling`` on the next of
-    ``batches`` (unmasked, then masked by HF's collator), trained as HF ``Trainer`` does (AdamW, linear schedule,
-    clipping); ``Trainer`` itself needs ``accelerate``, which this project does not install."""
+def hf_model_and_collator(tokenizer_dir: Path) -> tuple[Any, Any]:
+    """HF ``XLMRobertaForMaskedLM`` built from our xlmr-tiny config (seed 0) and run_mlm's collator."""
     import torch
-    from transformers import (DataCollatorForLanguageModeling, XLMRobertaConfig, XLMRobertaForMaskedLM,
-                              XLMRobertaTokenizer, get_linear_schedule_with_warmup)
+    from transformers import DataCollatorForLanguageModeling, XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
 
     from pretrain.models import load_model_config
     from pretrain.models.hf import hf_config
@@ -82,7 +82,25 @@ def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict
     config = XLMRobertaConfig(**hf_config(load_model_config("xlmr-tiny", overrides={"vocab_size": vocab})))
     torch.manual_seed(0)
     model = XLMRobertaForMaskedLM(config).train()
-    collator = DataCollatorForLanguageModeling(XLMRobertaTokenizer.from_pretrained(str(tokenizer_dir)), mlm_probability=0.15)
+    return model, DataCollatorForLanguageModeling(XLMRobertaTokenizer.from_pretrained(str(tokenizer_dir)),
+                                                  mlm_probability=0.15)
+
+
+def unmasked(batch: dict) -> list[dict]:
+    """A loader batch as the plain sequences HF's collator takes (masking undone)."""
+    import torch
+
+    original = torch.where(batch["labels"] == -100, batch["input_ids"], batch["labels"])
+    return [{"input_ids": ids.tolist(), "attention_mask": mask.tolist()}
+            for ids, mask in zip(original, batch["attention_mask"])]
+
+
+def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict]) -> Callable[[], None]:
+    """One optimizer step of the HF recipe as a plain loop, on the next of ``batches``."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    model, collator = hf_model_and_collator(tokenizer_dir)
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
@@ -91,16 +109,34 @@ def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict
     position = iter(range(len(batches) + args.steps))
 
     def step() -> None:
-        batch = batches[next(position)]
-        original = torch.where(batch["labels"] == -100, batch["input_ids"], batch["labels"])
-        inputs = collator([{"input_ids": ids.tolist(), "attention_mask": mask.tolist()}
-                           for ids, mask in zip(original, batch["attention_mask"])])
-        model(**inputs).loss.backward()
+        model(**collator(unmasked(batches[next(position)]))).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
     return step
+
+
+def hf_trainer_step_times(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict], out: Path) -> list[float]:
+    """Seconds between consecutive optimizer steps of HF ``Trainer`` over the same sequences (its sampler shuffles them)."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    model, collator = hf_model_and_collator(tokenizer_dir)
+    examples = [example for batch in batches for example in unmasked(batch)]
+    ends: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            ends.append(time.perf_counter())
+
+    training = TrainingArguments(
+        output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.batch, learning_rate=5e-4,
+        adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, weight_decay=0.01, lr_scheduler_type="linear",
+        warmup_steps=0, max_grad_norm=1.0, logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+        dataloader_num_workers=0, seed=0, disable_tqdm=True, ddp_find_unused_parameters=False)
+    Trainer(model=model, args=training, train_dataset=examples, data_collator=collator,
+            callbacks=[StepClock()]).train()
+    return [b - a for a, b in zip(ends, ends[1:])]
 
 
 def main() -> None:
@@ -128,13 +164,15 @@ def main() -> None:
             start = time.perf_counter()
             hf()
             hf_times.append(time.perf_counter() - start)
+        trainer_times = hf_trainer_step_times(args, tokenizer, batches[:args.steps], Path(tmp) / "hf-trainer")
     ours_s, hf_s = (statistics.median(t[args.warmup:]) for t in (ours_times, hf_times))
+    trainer_s = statistics.median(trainer_times[args.warmup:])
     per_step = statistics.median(tokens_per_step)
-    print(f"HF XLMRobertaForMaskedLM + DataCollatorForLanguageModeling loop: {hf_s * 1000:8.1f} ms/step  "
-          f"{per_step / hf_s:9.0f} tokens/s")
-    print(f"pretrain train (DeepSpeed ZeRO-1, fp32):                         {ours_s * 1000:8.1f} ms/step  "
-          f"{per_step / ours_s:9.0f} tokens/s")
-    print(f"ratio ours / HF step time: {ours_s / hf_s:.2f}x")
+    for name, seconds in (("HF Trainer + DataCollatorForLanguageModeling (baseline)", trainer_s),
+                          ("HF XLMRobertaForMaskedLM + collator, plain loop", hf_s),
+                          ("pretrain train (DeepSpeed ZeRO-1, fp32)", ours_s)):
+        print(f"{name:<58} {seconds * 1000:8.1f} ms/step  {per_step / seconds:9.0f} tokens/s")
+    print(f"ratio ours / HF Trainer step time: {ours_s / trainer_s:.2f}x   ours / plain HF loop: {ours_s / hf_s:.2f}x")
 
 
 if __name__ == "__main__":

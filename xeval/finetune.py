@@ -81,7 +81,8 @@ def confusion(classifier: Classifier, data: Encoded, pad_id: int, cfg: TrainConf
     was_training = module.training
     module.eval()
     counts = torch.zeros((len(LABELS), len(LABELS)), dtype=torch.long)
-    mine = list(range(dist.rank, len(data.labels), dist.world))
+    # longest first, so each batch holds pairs of similar length (little padding); counts ignore the order
+    mine = sorted(range(dist.rank, len(data.labels), dist.world), key=lambda i: -len(data.ids[i]))
     for start in range(0, len(mine), cfg.eval_batch_size):
         batch = mine[start:start + cfg.eval_batch_size]
         input_ids, mask = collate([data.ids[i] for i in batch], pad_id, cfg.device)
