@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -95,10 +96,16 @@ def missing_files(tag_dir: Path, world_size: int) -> list[str]:
 
 
 def read_meta(tag_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((tag_dir / META).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"checkpoint {tag_dir}: no {META}; not a checkpoint written by `pretrain train` or an interrupted save") from None
+    """The checkpoint's ``meta.json``; a missing, malformed or incomplete one is a UserError naming it."""
+    from pretrain.tokenizer import read_json
+
+    if not (tag_dir / META).is_file():
+        raise UserError(f"checkpoint {tag_dir}: no {META}; not a checkpoint written by `pretrain train` or an interrupted save")
+    meta = read_json(tag_dir / META, "checkpoint")
+    missing = [key for key in ("step", "world_size", "model_config", "tokenizer_dir") if key not in meta]
+    if missing:
+        raise UserError(f"checkpoint {tag_dir / META}: lacks {', '.join(missing)}")
+    return meta
 
 
 def is_complete(tag_dir: Path) -> bool:
@@ -263,7 +270,11 @@ def load_for_inference(path: str, tag: str | None = None) -> tuple[Any, torch.nn
     meta = read_meta(directory / tag)
     cfg = model_config_from_dict(meta["model_config"], f"{directory / tag / META}")
     model = build_pretraining_model(cfg)
-    state = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag)
+    try:
+        state = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+        raise UserError(f"checkpoint {directory / tag}: cannot read its weights ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else 'truncated or corrupt'})") from None
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import shutil
 import uuid
@@ -30,7 +29,7 @@ import numpy as np
 from pipeline.errors import UserError
 from pipeline.stats import sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns, write_json
+from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -123,15 +122,6 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
         shutil.rmtree(job.target)
     os.rename(tmp, job.target)
     return info
-
-
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{what} {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} {path}: not valid JSON ({exc})") from None
 
 
 def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:

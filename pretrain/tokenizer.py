@@ -21,7 +21,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -90,13 +90,26 @@ def language_seed(seed: int, lang: str) -> list[int]:
     return [seed, zlib.crc32(lang.encode("utf-8"))]
 
 
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON file's object; a missing or malformed file is a UserError naming it (``what`` says which file)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{what} {path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{what} {path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path}: expected a JSON object")
+    return data
+
+
 def corpus_weights(corpus: Path, alpha: float, buckets: Iterable[str], languages: Iterable[str],
                    measured: dict[str, int]) -> tuple[dict[str, float], str]:
     """q_i per language: sampling.json's when its α and buckets match, else recomputed from its per-bucket
     counts, else from ``measured`` (characters read). Returns (q, where it came from)."""
     languages, buckets = sorted(languages), sorted(buckets)
     path = corpus / "sampling.json"
-    report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    report = read_json(path, "corpus statistics") if path.is_file() else None
     if report is not None:
         recorded = report.get("languages", {})
         same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
@@ -240,7 +253,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus / "sampling.json"
-        alpha = float(json.loads(path.read_text(encoding="utf-8"))["alpha"]) if path.is_file() else 0.3
+        alpha = float(read_json(path, "corpus statistics").get("alpha", 0.3)) if path.is_file() else 0.3
     if not 0 < alpha <= 1:
         raise UserError(f"--alpha {alpha}: must be in (0, 1]")
     source: list[str] = []
@@ -298,10 +311,7 @@ class Tokenizer:
             if not path.is_file():
                 raise UserError(f"tokenizer {directory}: no {path.name} (write one with `python -m pretrain tokenizer`)")
         model = model_path.read_bytes()
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"tokenizer {meta_path}: not valid JSON ({exc})") from None
+        meta = read_json(meta_path, "tokenizer")
         try:
             tokenizer = cls(model, meta)
         except RuntimeError as exc:

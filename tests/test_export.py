@@ -37,6 +37,10 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     assert "--tag step-2 names another one" in capsys.readouterr().err
     assert main(["export", "--checkpoint", str(run / "checkpoints"), "--tag", "step-7", "--out", str(tmp_path / "x")]) == 2
     assert "no checkpoint 'step-7'" in capsys.readouterr().err
+    [weights] = (run / "checkpoints" / "step-1").glob("*model_states.pt")
+    weights.write_bytes(weights.read_bytes()[:200])
+    assert main(["export", "--checkpoint", str(run), "--tag", "step-1", "--out", str(tmp_path / "y")]) == 2
+    assert "step-1: cannot read its weights (RuntimeError" in capsys.readouterr().err
 
 
 def test_export_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -45,3 +49,10 @@ def test_export_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "checkpoints").mkdir()
     assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "hf")]) == 2
     assert "no checkpoint in" in capsys.readouterr().err
+    step = tmp_path / "checkpoints" / "step-2"
+    step.mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step-2")
+    for text, message in (("{", "meta.json: not valid JSON"), ('{"step": 2}', "meta.json: lacks world_size, model_config")):
+        (step / "meta.json").write_text(text)
+        assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "hf")]) == 2
+        assert message in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pretrain.models import MaskedLM, build_classifier, load_model_config
-from pretrain.models.hf import load_hf
+from pretrain.models.hf import load_hf, save_hf
 from test_models_support import (one_thread,  # noqa: F401  (autouse)
                                  check_classifier_parity, check_hf_round_trip, mask_batch, sample_spm,
                                  text_batch)
@@ -64,6 +64,18 @@ def test_round_trip_ours_hf_ours_is_exact(tmp_path):
     torch.manual_seed(1)
     ours = MaskedLM(cfg)
     check_hf_round_trip(ours, cfg, tmp_path / "hf", "XLMRobertaForMaskedLM")
+
+
+def test_unreadable_weights_are_one_line(tmp_path):
+    from pipeline.errors import UserError
+
+    _, vocab_size = sample_spm()
+    cfg = load_model_config("xlmr-tiny", overrides={"vocab_size": vocab_size})
+    out = save_hf(MaskedLM(cfg), cfg, tmp_path / "hf")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:300])
+    with pytest.raises(UserError, match="model.safetensors: not a readable safetensors file"):
+        load_hf(out)
 
 
 def test_classifier_matches_hf_and_round_trips(tmp_path):

@@ -150,6 +150,11 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     assert "lang=xx" in capsys.readouterr().err
     shutil.rmtree(corpus / "lang=xx")
+    sampling = corpus / "sampling.json"
+    sampling.write_text(sampling.read_text()[:40])
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+    assert f"corpus statistics {sampling}: not valid JSON" in capsys.readouterr().err
+    shutil.copy(sample_corpus / "sampling.json", sampling)
     shard = next((corpus / "lang=de" / "bucket=all").glob("part-*.arrow"))
     shard.write_bytes(shard.read_bytes()[:200])
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2

@@ -24,7 +24,6 @@ import uuid
 from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
-from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,6 @@ import torch
 
 from pipeline.errors import UserError
 
-from .config import ENGINES
 from .data import LABELS
 
 OUR_MODEL_TYPES = {"xlm-roberta": "xlmr", "deberta-v2": "deberta-v3"}
@@ -122,6 +121,7 @@ def check_label_set(where: str, names: list[str]) -> None:
 
 
 def _load_hf_engine(path: str, num_labels: int) -> Classifier:
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification
 
     config = _hf_config(Path(path))
@@ -129,7 +129,7 @@ def _load_hf_engine(path: str, num_labels: int) -> Classifier:
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({str(exc).splitlines()[0]})") from None
 
     def save(module: torch.nn.Module, out: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -153,10 +154,17 @@ def _from_hf_keys(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str,
 def _read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     safetensors_path, bin_path = model_dir / "model.safetensors", model_dir / "pytorch_model.bin"
     if safetensors_path.is_file():
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
-        return load_file(str(safetensors_path))
+        try:
+            return load_file(str(safetensors_path))
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"{safetensors_path}: not a readable safetensors file ({exc})") from None
     if bin_path.is_file():
-        return torch.load(bin_path, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(bin_path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
+            raise UserError(f"{bin_path}: not a readable PyTorch weights file ({str(exc).splitlines()[0]})") from None
     raise UserError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
 
 
