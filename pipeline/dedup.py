@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, NamedTuple
 import numpy as np
 
 from .documents import Document, Drop, StepResult
-from .normalize import paragraph_hash
+from .normalize import paragraph_hashes
 
 POLICIES = ("drop_all", "keep_first")
 
@@ -33,16 +33,12 @@ class Occurrences(NamedTuple):
 
     @classmethod
     def of(cls, docs: Iterable[Document]) -> "Occurrences":
-        hashes: list[int] = []
-        ordinals: list[int] = []
-        lines: list[int] = []
-        for ordinal, doc in enumerate(docs):
-            paragraphs = doc["text"].split("\n")
-            hashes.extend(paragraph_hash(p) for p in paragraphs)
-            ordinals.extend([ordinal] * len(paragraphs))
-            lines.extend(range(len(paragraphs)))
-        return cls(np.array(hashes, dtype=np.uint64), np.array(ordinals, dtype=np.uint32),
-                   np.array(lines, dtype=np.uint32))
+        packed = [paragraph_hashes(doc["text"]) for doc in docs]
+        counts = np.array([len(p) // 8 for p in packed], dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        ordinals = np.repeat(np.arange(len(counts), dtype=np.uint32), counts)
+        lines = (np.arange(counts.sum()) - np.repeat(starts, counts)).astype(np.uint32)
+        return cls(np.frombuffer(b"".join(packed), dtype="<u8").astype(np.uint64), ordinals, lines)
 
     def partitions(self, n: int) -> Iterator[tuple[int, "Occurrences"]]:
         """Split by ``hash % n``; empty partitions are left out."""

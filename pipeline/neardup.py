@@ -47,8 +47,6 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
-from datasketch import MinHash
-from datasketch.lsh import _optimal_param
 
 from .counting import CountingDoFn
 from .documents import Document
@@ -147,6 +145,8 @@ class NearDupConfig:
 @functools.cache
 def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     """datasketch's ``MinHashLSH`` choice of (bands, rows) with equal FP/FN weights."""
+    from datasketch.lsh import _optimal_param  # datasketch imports scipy: 0.5 s, only when near-dup runs
+
     return _optimal_param(threshold, num_perm, 0.5, 0.5)
 
 
@@ -253,6 +253,8 @@ def shingle_hashes(texts: Sequence[str], kind: str, n: int) -> tuple[np.ndarray,
 @functools.lru_cache(maxsize=8)
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """datasketch's affine32 permutation parameters ``(a, b)`` as column vectors (uint32)."""
+    from datasketch import MinHash
+
     a, b = MinHash(num_perm=num_perm, seed=seed).permutations
     return a[:, None].copy(), b[:, None].copy()
 

@@ -9,6 +9,10 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo, FnApiRunner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.runners.runner import PipelineRunner
 
 from . import fs, sinks
 from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, build_pipeline
@@ -34,6 +38,22 @@ def unknown_beam_flags(flags: list[str]) -> list[str]:
     for cls in _all_option_classes():
         cls._add_argparse_args(parser)
     return parser.parse_known_args(flags)[1]
+
+
+def local_runner(options: PipelineOptions) -> PipelineRunner | None:
+    """For ``DirectRunner``: Beam's FnApiRunner, which DirectRunner runs batch pipelines on.
+
+    DirectRunner first tries Prism, which it downloads from GitHub: network access at run time,
+    and on a machine with network a different engine than the one configured and tested here
+    (without network: half a second lost on the failed download). ``--runner PrismRunner`` still
+    asks for Prism. Other runners: None (Beam picks the runner from the options).
+    """
+    all_options = options.get_all_options()
+    if all_options["runner"] not in ("DirectRunner", "SwitchingDirectRunner"):
+        return None
+    # as DirectRunner builds it: the options travel to the SDK workers in the provision info
+    info = beam_provision_api_pb2.ProvisionInfo(pipeline_options=JobServiceHandle.encode_pipeline_options(all_options))
+    return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
 
 
 def pipeline_options(cfg: CorpusConfig) -> PipelineOptions:
@@ -83,7 +103,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
     start = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=local_runner(options), options=options)
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
     result = pipeline.run()
     result.wait_until_finish()

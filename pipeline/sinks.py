@@ -2,14 +2,15 @@
 
 Shard names and contents depend only on the documents: each document goes to shard
 ``stable_hash(id) % n`` of its ``(lang, bucket)`` where ``n`` follows from the partition's total
-size and the target shard size; inside a shard rows are sorted by ``(id, source)``.
+size and the target shard size; inside a shard rows are sorted by :data:`SORT_KEYS` and written as
+one chunk, so how the documents were batched on their way to the shard does not change its bytes.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-from typing import Any, BinaryIO, Iterable
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +26,7 @@ SCHEMA = pa.schema([
     ("original_length", pa.int32()), ("minhash_cluster_size", pa.int32()),
 ])
 FORMATS = {"arrow": ".arrow", "parquet": ".parquet"}
-ID, SOURCE, LANG, BUCKET = (SCHEMA.names.index(name) for name in ("id", "source", "lang", "bucket"))
+SORT_KEYS = [(name, "ascending") for name in ("id", "source", "url", "date", "digest", "text")]
 BATCH_ROWS = 1024
 
 
@@ -49,16 +50,28 @@ def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str
     return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
 
 
-def to_row(doc: Document) -> tuple:
-    """The document's values in schema order (columns it lacks are null)."""
-    return tuple(doc.get(name) for name in SCHEMA.names)
+def docs_to_table(docs: list[Document]) -> pa.Table:
+    """Documents as a table with the corpus schema, in the given order (columns they lack are null)."""
+    return pa.Table.from_arrays([pa.array([d.get(f.name) for d in docs], type=f.type) for f in SCHEMA], schema=SCHEMA)
 
 
-def rows_to_table(rows: Iterable[tuple]) -> pa.Table:
-    """One shard's table, rows sorted by (id, source)."""
-    ordered = sorted(rows, key=lambda r: (r[ID], r[SOURCE]))
-    columns = list(zip(*ordered)) if ordered else [()] * len(SCHEMA.names)
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA)], schema=SCHEMA)
+def split_by_shard(table: pa.Table, totals: Mapping[tuple[str, str], int],
+                   target_bytes: int) -> Iterator[tuple[tuple[str, str, int], pa.Table]]:
+    """The rows of ``table`` grouped by ``(lang, bucket, shard)``; ``totals`` are each partition's bytes."""
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    columns = (table.column(name).to_pylist() for name in ("id", "lang", "bucket"))
+    for i, (doc_id, lang, bucket) in enumerate(zip(*columns)):
+        n = shard_count(totals[(lang, bucket)], target_bytes)
+        groups.setdefault((lang, bucket, shard_of_id(doc_id, n)), []).append(i)
+    for key, rows in sorted(groups.items()):
+        yield key, table.take(rows)
+
+
+def shard_table(parts: Iterable[pa.Table]) -> pa.Table:
+    """One shard from its parts: rows sorted by :data:`SORT_KEYS`, as a single chunk."""
+    parts = list(parts)
+    table = pa.concat_tables(parts) if parts else docs_to_table([])
+    return table.sort_by(SORT_KEYS).combine_chunks()
 
 
 def write_table(table: pa.Table, path: str, fmt: str) -> None:

@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from pipeline.normalize import normalize, normalize_for_dedup, paragraph_hash
+from pipeline.normalize import normalize, normalize_for_dedup, paragraph_hash, paragraph_hashes
 
 TRICKY = [
     "Café Ünïcödé naïve résumé",                      # accents
@@ -71,3 +71,25 @@ def test_every_code_point_matches_ccnet(ccnet_normalizer):
                 normalize_for_dedup(chunk) != ccnet_normalizer.normalize_for_dedup(chunk):
             mismatches.append(hex(start))
     assert not mismatches
+
+
+def per_line_hashes(text: str) -> bytes:
+    return b"".join(paragraph_hash(line).to_bytes(8, "little") for line in text.split("\n"))
+
+
+def test_whole_text_hashes_equal_per_line_hashes(sample):
+    """paragraph_hashes normalizes a document at once: same hashes as line by line, on tricky text
+    (final sigma before a newline, control characters, blank and space-only lines) and real text."""
+    tricky = "\n".join(TRICKY) + "\nΟΔΟΣ\nΟΔΟΣ \n ΟΔΟΣ.\n\n\t\n\x85x\x1e\nİstanbul ǅ\n"
+    assert paragraph_hashes(tricky) == per_line_hashes(tricky)
+    assert paragraph_hashes("") == per_line_hashes("") and len(paragraph_hashes("a\n\nb")) == 24
+    for path in sorted((sample / "ref").glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        assert paragraph_hashes(text) == per_line_hashes(text), path.name
+
+
+def test_whole_text_hashes_on_every_code_point():
+    for start in range(0, 0x110000, 4096):
+        chars = [chr(c) for c in range(start, start + 4096) if not 0xD800 <= c < 0xE000]  # no UTF-8 for surrogates
+        text = "\n".join(f"Σ{c}É1 x{c}" for c in chars)
+        assert paragraph_hashes(text) == per_line_hashes(text), hex(start)

@@ -101,6 +101,20 @@ def test_rerun_is_byte_identical(corpus, inputs, tmp_path):
     assert shard_digests(tmp_path) == first and len(first) > 8
 
 
+@pytest.mark.parametrize("batch_rows", [1, 7, 100_000])
+def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
+    """Rows travel to their shard in batches cut per bundle; any batching writes the same bytes."""
+    import apache_beam as beam
+
+    from pipeline.beam_pipeline import WriteCorpus
+
+    docs = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*")) for row in read_shard(str(p)).to_pylist()]
+    docs.reverse()  # and in another order than they were written
+    with beam.Pipeline("DirectRunner", options=beam.options.pipeline_options.PipelineOptions([])) as p:
+        _ = p | beam.Create(docs, reshuffle=False) | WriteCorpus(str(tmp_path), "arrow", 0.5, batch_rows)
+    assert shard_digests(tmp_path) == shard_digests(corpus)
+
+
 @pytest.mark.slow
 def test_two_workers_write_identical_bytes(corpus, inputs, tmp_path):
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),

@@ -119,11 +119,11 @@ def test_other_tokenizer_is_refused(sample_tokens: Path, sample_corpus: Path, tm
 
 
 def test_empty_language_is_a_clear_error(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
-    from pipeline.sinks import rows_to_table, write_table
+    from pipeline.sinks import docs_to_table, write_table
 
     corpus = tmp_path / "corpus"
     shutil.copytree(sample_corpus, corpus)
-    write_table(rows_to_table([]), str(corpus / "lang=xx" / "bucket=all" / "part-00000.arrow"), "arrow")
+    write_table(docs_to_table([]), str(corpus / "lang=xx" / "bucket=all" / "part-00000.arrow"), "arrow")
     args = ["tokenize", "--corpus", str(corpus), "--tokenizer", str(sample_tokenizer), "--no-progress"]
     assert main(args + ["--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err

@@ -140,13 +140,13 @@ def test_cli_help_documents_every_option(capsys) -> None:
 
 
 def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
-    from pipeline.sinks import rows_to_table, write_table
+    from pipeline.sinks import docs_to_table, write_table
 
     corpus = tmp_path / "corpus"
     shutil.copytree(sample_corpus, corpus)
     empty = corpus / "lang=xx" / "bucket=all" / "part-00000.arrow"
     empty.parent.mkdir(parents=True)
-    write_table(rows_to_table([]), str(empty), "arrow")
+    write_table(docs_to_table([]), str(empty), "arrow")
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     assert "lang=xx" in capsys.readouterr().err
     shutil.rmtree(corpus / "lang=xx")
