@@ -77,35 +77,37 @@ class ReadFiles(CountingDoFn):
         index, grouped = item
         [path] = grouped["path"]
         removed = dedup.removal_index(grouped["removed"])
-        tally: Counter[str] = Counter()
-        ordinal = 0
+        read: Counter[str] = Counter()  # counted once per file: the read step sees every record
+        deduped: Counter[str] = Counter()
         for result in read_file(path, self.cfg):
             if isinstance(result, Rejected):
-                tally["rejected"] += 1
-                self.count(f"rejected_{result.reason}")
+                read[f"rejected_{result.reason}"] += 1
                 yield beam.pvalue.TaggedOutput(REJECTED, result)
                 continue
             if isinstance(result, Drop):
-                tally["skipped"] += 1
-                self.count(result.reason)
+                read[result.reason] += 1
                 continue
-            tally["documents"] += 1
-            self.count("documents")
-            lines = removed.get(ordinal, ())
-            ordinal += 1
+            lines = removed.get(read["documents"], ())
+            read["documents"] += 1
             if self.dedup.enabled:
-                self.count("documents_in", step="dedup")
-                self.count("paragraphs_removed", len(lines), step="dedup")
+                deduped["paragraphs_removed"] += len(lines)
                 result = dedup.remove_paragraphs(result, lines, self.dedup.min_length)
                 if isinstance(result, Drop):
-                    self.count(result.reason, step="dedup")
+                    deduped[result.reason] += 1
                     continue
-                self.count("documents_out", step="dedup")
+                deduped["documents_out"] += 1
             yield result
-        self.count("files")
+        read["files"] += 1
+        if self.dedup.enabled:
+            deduped["documents_in"] = read["documents"]
+        for step, counts in (("read", read), ("dedup", deduped)):
+            for name, n in counts.items():
+                self.count(name, n, step=step)
         if self.progress:
-            print(f"[read {index + 1}/{self.n_files}] {path}: {tally['documents']} documents, "
-                  f"{tally['rejected']} rejected, {tally['skipped']} skipped", file=sys.stderr, flush=True)
+            rejected = sum(n for name, n in read.items() if name.startswith("rejected_"))
+            skipped = sum(read.values()) - read["documents"] - rejected - 1
+            print(f"[read {index + 1}/{self.n_files}] {path}: {read['documents']} documents, "
+                  f"{rejected} rejected, {skipped} skipped", file=sys.stderr, flush=True)
 
 
 class ReadAndDedup(beam.PTransform):
@@ -218,29 +220,42 @@ class WriteShard(CountingDoFn):
         yield path
 
 
-class WriteCorpus(beam.PTransform):
-    """Documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards; returns the written paths.
+class AsTables(beam.PTransform):
+    """Documents -> Arrow tables of up to ``batch_rows`` rows (the corpus schema).
 
-    Documents travel to their shard as Arrow tables of up to ``batch_rows`` rows (a few large
-    elements cost Beam far less to encode and move than one element per document). Batches are
-    cut per bundle, so they differ between runs; the shards do not (see :func:`sinks.shard_table`).
+    A few large elements cost Beam far less to encode, move and count than one element per
+    document. Batches are cut per bundle, so they differ between runs; nothing written does
+    (shards are sorted, statistics are sums).
     """
 
-    def __init__(self, output: str, fmt: str, shard_size_mb: float, batch_rows: int = sinks.BATCH_ROWS) -> None:
+    def __init__(self, batch_rows: int = sinks.BATCH_ROWS) -> None:
         super().__init__()
-        self.output, self.fmt, self.target = output, fmt, int(shard_size_mb * 2**20)
         self.batch_rows = batch_rows
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        sizes = (
-            docs
-            | "PartitionBytes" >> beam.Map(lambda d: ((d["lang"], d["bucket"]), len(d["text"].encode("utf-8"))))
-            | "SumBytes" >> beam.CombinePerKey(sum)
-        )
         return (
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_rows, max_batch_size=self.batch_rows)
-            | "AsTables" >> beam.Map(sinks.docs_to_table).with_output_types(pa.Table)
+            | "ToTable" >> beam.Map(sinks.docs_to_table).with_output_types(pa.Table)
+        )
+
+
+class WriteCorpus(beam.PTransform):
+    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards; returns the written paths."""
+
+    def __init__(self, output: str, fmt: str, shard_size_mb: float) -> None:
+        super().__init__()
+        self.output, self.fmt, self.target = output, fmt, int(shard_size_mb * 2**20)
+
+    def expand(self, tables: beam.PCollection) -> beam.PCollection:
+        sizes = (
+            tables
+            | "PartitionSums" >> beam.FlatMap(sinks.partition_sums)
+            | "SumBytes" >> beam.CombinePerKey(sum_columns)
+            | "Bytes" >> beam.Map(lambda kv: (kv[0], kv[1][2]))
+        )
+        return (
+            tables
             | "SplitByShard" >> beam.FlatMap(sinks.split_by_shard, totals=beam.pvalue.AsDict(sizes),
                                              target_bytes=self.target)
             .with_output_types(tuple[tuple[str, str, int], pa.Table])
@@ -275,8 +290,12 @@ class WriteRecords(beam.PTransform):
 DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
 
 
-def perplexity_bin(doc: Document) -> tuple[tuple[str, int], int]:
-    return (doc["lang"], int(math.floor(math.log(max(doc["perplexity"], 1e-3), DECILE_BIN)))), 1
+def perplexity_bins(table: pa.Table) -> Iterator[tuple[tuple[str, int], int]]:
+    """``((lang, bin), documents)`` of the scored documents of a table."""
+    langs, perplexities = table.column("lang").to_pylist(), table.column("perplexity").to_pylist()
+    bins = Counter((lang, int(math.floor(math.log(max(pp, 1e-3), DECILE_BIN))))
+                   for lang, pp in zip(langs, perplexities) if pp is not None)
+    yield from bins.items()
 
 
 def deciles(item: tuple[str, Iterable[tuple[int, int]]]) -> tuple[str, list[float]]:
@@ -295,22 +314,19 @@ def deciles(item: tuple[str, Iterable[tuple[int, int]]]) -> tuple[str, list[floa
     return lang, result
 
 
-def partition_totals(doc: Document) -> tuple[tuple[str, str], tuple[int, int]]:
-    return (doc["lang"], doc["bucket"]), (1, len(doc["text"]))
+def sum_columns(values: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Column sums of ``(documents, characters, bytes)`` rows."""
+    documents = characters = size = 0
+    for d, c, b in values:
+        documents, characters, size = documents + d, characters + c, size + b
+    return documents, characters, size
 
 
-def sum_pairs(values: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    documents = characters = 0
-    for d, c in values:
-        documents, characters = documents + d, characters + c
-    return documents, characters
-
-
-def corpus_summary(totals: dict[tuple[str, str], tuple[int, int]],
+def corpus_summary(totals: dict[tuple[str, str], tuple[int, int, int]],
                    quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     """Per language: documents, characters, the same per bucket, and perplexity deciles."""
     summary: dict[str, dict[str, Any]] = {}
-    for (lang, bucket), (documents, characters) in sorted(totals.items()):
+    for (lang, bucket), (documents, characters, _) in sorted(totals.items()):
         entry = summary.setdefault(lang, {"documents": 0, "characters": 0, "buckets": {}})
         entry["documents"] += documents
         entry["characters"] += characters
@@ -320,12 +336,12 @@ def corpus_summary(totals: dict[tuple[str, str], tuple[int, int]],
     return summary
 
 
-def write_sampling(totals: dict[tuple[str, str], tuple[int, int]], quantiles: dict[str, list[float]],
+def write_sampling(totals: dict[tuple[str, str], tuple[int, int, int]], quantiles: dict[str, list[float]],
                    output: str, cfg: SamplingConfig) -> None:
     """``sampling.json``: weights over the configured buckets, and the corpus summary stats.json reuses."""
     summary = corpus_summary(totals, quantiles)
     counted: dict[str, dict[str, int]] = {}
-    for (lang, bucket), (documents, characters) in totals.items():
+    for (lang, bucket), (documents, characters, _) in totals.items():
         if not cfg.buckets or bucket in cfg.buckets:
             entry = counted.setdefault(lang, {"documents": 0, "characters": 0})
             entry["documents"] += documents
@@ -366,12 +382,12 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
         docs = docs | "Bucket" >> beam.Map(without_perplexity)
     if near.enabled and near.position == "after_perplexity":
         docs = near_dedup(docs, cfg)
-    _ = docs | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
+    tables = docs | "AsTables" >> AsTables()
+    _ = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
     _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
     quantiles = (
-        docs
-        | "ScoredOnly" >> beam.Filter(lambda d: d["perplexity"] is not None)
-        | "PerplexityBin" >> beam.Map(perplexity_bin)
+        tables
+        | "PerplexityBins" >> beam.FlatMap(perplexity_bins)
         | "CountBins" >> beam.CombinePerKey(sum)
         | "ByLanguage" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1])))
         | "GroupBins" >> beam.GroupByKey()
@@ -379,9 +395,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
         | "DecilesAsDict" >> beam.combiners.ToDict()
     )
     _ = (
-        docs
-        | "PartitionTotals" >> beam.Map(partition_totals)
-        | "SumPartitions" >> beam.CombinePerKey(sum_pairs)
+        tables
+        | "PartitionSums" >> beam.FlatMap(sinks.partition_sums)
+        | "SumPartitions" >> beam.CombinePerKey(sum_columns)
         | "TotalsAsDict" >> beam.combiners.ToDict()
         | "WriteSampling" >> beam.Map(write_sampling, beam.pvalue.AsSingleton(quantiles), cfg.output, cfg.sampling)
     )

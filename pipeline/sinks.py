@@ -13,6 +13,7 @@ import math
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import fs
@@ -53,6 +54,16 @@ def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str
 def docs_to_table(docs: list[Document]) -> pa.Table:
     """Documents as a table with the corpus schema, in the given order (columns they lack are null)."""
     return pa.Table.from_arrays([pa.array([d.get(f.name) for d in docs], type=f.type) for f in SCHEMA], schema=SCHEMA)
+
+
+def partition_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str], tuple[int, int, int]]]:
+    """``((lang, bucket), (documents, characters, UTF-8 bytes of text))`` of a table's rows."""
+    sums = pa.table({
+        "lang": table.column("lang"), "bucket": table.column("bucket"),
+        "chars": pc.utf8_length(table.column("text")), "bytes": pc.binary_length(table.column("text")),
+    }).group_by(["lang", "bucket"]).aggregate([("chars", "count"), ("chars", "sum"), ("bytes", "sum")])
+    for row in sums.to_pylist():
+        yield (row["lang"], row["bucket"]), (row["chars_count"], row["chars_sum"], row["bytes_sum"])
 
 
 def split_by_shard(table: pa.Table, totals: Mapping[tuple[str, str], int],

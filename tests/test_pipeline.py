@@ -106,12 +106,12 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
     """Rows travel to their shard in batches cut per bundle; any batching writes the same bytes."""
     import apache_beam as beam
 
-    from pipeline.beam_pipeline import WriteCorpus
+    from pipeline.beam_pipeline import AsTables, WriteCorpus
 
     docs = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*")) for row in read_shard(str(p)).to_pylist()]
     docs.reverse()  # and in another order than they were written
     with beam.Pipeline("DirectRunner", options=beam.options.pipeline_options.PipelineOptions([])) as p:
-        _ = p | beam.Create(docs, reshuffle=False) | WriteCorpus(str(tmp_path), "arrow", 0.5, batch_rows)
+        _ = p | beam.Create(docs, reshuffle=False) | AsTables(batch_rows) | WriteCorpus(str(tmp_path), "arrow", 0.5)
     assert shard_digests(tmp_path) == shard_digests(corpus)
 
 

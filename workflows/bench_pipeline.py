@@ -5,8 +5,9 @@ text (every copy gets new record ids and URLs, and one word per paragraph swappe
 paragraphs stay unique while boilerplate stays duplicated, as in a crawl), then runs
 read -> exact dedup -> language ID -> Arrow shards three ways and prints documents/s and the
 ratio to the single-process loop, which calls the same step functions with in-memory dedup
-(the floor Beam adds its overhead to). The three runs take turns ``--repeat`` times and the best
-time of each counts, as timeit does: on a shared machine a slow spell otherwise decides the ratio.
+(the floor Beam adds its overhead to). The three runs take turns ``--repeat`` times, every other
+round in reverse order, and the best time of each counts, as timeit does: on a shared machine a
+slow spell otherwise decides the ratio.
 
     .venv/bin/python workflows/bench_pipeline.py [--target-mb 50] [--work out/bench] [--repeat 3]
 """
@@ -151,8 +152,10 @@ def main() -> None:
     runs = {"single-process loop (baseline)": (1, None), "Beam DirectRunner, 1 worker": (1, 1),
             "Beam DirectRunner, 2 workers": (2, 2)}
     best: dict[str, tuple[float, int, int]] = {}
-    for round_ in range(args.repeat):  # interleaved, so a slow spell of the machine hits every run alike
-        for name, (cores, workers) in runs.items():
+    for round_ in range(args.repeat):  # interleaved, every other round in reverse (ABBA): a slow spell of
+        # the machine, or a slowdown under sustained load, then hits every run alike
+        order = list(runs.items()) if round_ % 2 == 0 else list(reversed(runs.items()))
+        for name, (cores, workers) in order:
             out = work / ("loop" if workers is None else f"beam{workers}")
             shutil.rmtree(out, ignore_errors=True)
             if workers is None:
