@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", help="glob of WET/WARC files, local or gs:// s3:// (repeatable; "
                      "replaces the config's input)")
     run.add_argument("--output", help="output directory (replaces the config's output)")
-    run.add_argument("--runner", help="Beam runner (default DirectRunner): DirectRunner, PrismRunner, "
-                     "DataflowRunner, FlinkRunner, SparkRunner")
+    run.add_argument("--runner", help="Beam runner (default DirectRunner): DirectRunner (run on Beam's FnApiRunner, "
+                     "never downloading Prism), PrismRunner, DataflowRunner, FlinkRunner, SparkRunner")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override one config key, e.g. --set dedup.policy=keep_first (value read as YAML)")
     run.add_argument("--overwrite", action="store_true", help="replace the corpus an earlier run left in --output")
