@@ -97,17 +97,17 @@ class ReadFiles(CountingDoFn):
                     continue
                 deduped["documents_out"] += 1
             yield result
+        if self.progress:
+            rejected = sum(n for name, n in read.items() if name.startswith("rejected_"))
+            skipped = sum(read.values()) - read["documents"] - rejected  # the drops: warcinfo and the like
+            print(f"[read {index + 1}/{self.n_files}] {path}: {read['documents']} documents, "
+                  f"{rejected} rejected, {skipped} skipped", file=sys.stderr, flush=True)
         read["files"] += 1
         if self.dedup.enabled:
             deduped["documents_in"] = read["documents"]
         for step, counts in (("read", read), ("dedup", deduped)):
             for name, n in counts.items():
                 self.count(name, n, step=step)
-        if self.progress:
-            rejected = sum(n for name, n in read.items() if name.startswith("rejected_"))
-            skipped = sum(read.values()) - read["documents"] - rejected - 1
-            print(f"[read {index + 1}/{self.n_files}] {path}: {read['documents']} documents, "
-                  f"{rejected} rejected, {skipped} skipped", file=sys.stderr, flush=True)
 
 
 class ReadAndDedup(beam.PTransform):
@@ -197,9 +197,6 @@ class ArrowTableCoder(beam.coders.Coder):
 
     def estimate_size(self, table: pa.Table) -> int:
         return table.nbytes  # Beam samples element sizes: without this it would compress to measure
-
-    def is_deterministic(self) -> bool:
-        return True
 
 
 beam.coders.registry.register_coder(pa.Table, ArrowTableCoder)

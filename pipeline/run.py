@@ -103,7 +103,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
     start = time.perf_counter()
-    pipeline = beam.Pipeline(runner=local_runner(options), options=options)
+    try:
+        pipeline = beam.Pipeline(runner=local_runner(options), options=options)
+    except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones
+        raise UserError(str(exc)) from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
     result = pipeline.run()
     result.wait_until_finish()

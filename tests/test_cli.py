@@ -33,6 +33,8 @@ def test_help_documents_every_option():
     (["--config", "configs/corpus/sample.yaml", "--direct_num_wrkers=2"], "unknown option or argument '--direct_num_wrkers=2'"),
     (["--config", "configs/corpus/sample.yaml", "--set", "lid.model=/nonexistent/lid.bin", "--output", "/tmp/polyglot-cli-test"],
      "lid.model /nonexistent/lid.bin: no such file"),
+    (["--config", "configs/corpus/sample.yaml", "--runner", "DirectRunnr", "--output", "/tmp/polyglot-cli-test"],
+     "Unexpected pipeline runner: DirectRunnr"),
     (["--config", "configs/corpus/sample.yaml", "--set", "lid.model=configs/corpus/sample.yaml"], "not a fastText model"),
 ])
 def test_user_mistakes_are_one_line(args, message):

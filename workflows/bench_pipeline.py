@@ -139,6 +139,8 @@ def main() -> None:
     parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of all three runs; the best time of each counts")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
