@@ -115,6 +115,22 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
     assert shard_digests(tmp_path) == shard_digests(corpus)
 
 
+def test_read_ahead_parses_a_chunk_before_passing_records_on():
+    from pipeline.beam_pipeline import read_ahead
+
+    pulled = []
+
+    def records():
+        for i in range(10):
+            pulled.append(i)
+            yield i
+
+    ahead = read_ahead(records(), 4)
+    assert next(ahead) == 0 and pulled == [0, 1, 2, 3]
+    assert list(ahead) == list(range(1, 10)) and pulled == list(range(10))
+    assert list(read_ahead([], 4)) == []
+
+
 @pytest.mark.slow
 def test_two_workers_write_identical_bytes(corpus, inputs, tmp_path):
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),
