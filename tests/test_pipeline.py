@@ -131,6 +131,24 @@ def test_read_ahead_parses_a_chunk_before_passing_records_on():
     assert list(read_ahead([], 4)) == []
 
 
+def test_step_fn_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
+    from pipeline.beam_pipeline import StepFn
+    from pipeline.documents import Drop
+
+    calls = []
+
+    def step(doc):
+        calls.append(doc["id"])
+        return Drop("odd") if doc["id"] % 2 else doc
+
+    fn = StepFn("test", lambda: step, chunk=3)
+    fn.setup()
+    fn.start_bundle()
+    out = [[d["id"] for d in fn.process({"id": i})] for i in range(5)]
+    assert out == [[], [], [0, 2], [], []] and calls == [0, 1, 2]
+    assert [w.value["id"] for w in fn.finish_bundle()] == [4] and calls == [0, 1, 2, 3, 4]
+
+
 @pytest.mark.slow
 def test_two_workers_write_identical_bytes(corpus, inputs, tmp_path):
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),
