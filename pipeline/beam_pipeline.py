@@ -280,27 +280,28 @@ class AsTables(beam.PTransform):
 
 
 class WriteCorpus(beam.PTransform):
-    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards; returns the written paths."""
+    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards.
+
+    Returns ``{"paths": written paths, "stats": the one CorpusStats result}``: the partition sizes
+    that set each partition's shard count also go into sampling.json.
+    """
 
     def __init__(self, output: str, fmt: str, shard_size_mb: float) -> None:
         super().__init__()
         self.output, self.fmt, self.target = output, fmt, int(shard_size_mb * 2**20)
 
-    def expand(self, tables: beam.PCollection) -> beam.PCollection:
-        sizes = (
+    def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
+        stats = tables | "Stats" >> beam.CombineGlobally(CorpusStats())
+        sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
+        paths = (
             tables
-            | "PartitionSums" >> beam.FlatMap(sinks.partition_sums)
-            | "SumBytes" >> beam.CombinePerKey(sum_columns)
-            | "Bytes" >> beam.Map(lambda kv: (kv[0], kv[1][2]))
-        )
-        return (
-            tables
-            | "SplitByShard" >> beam.FlatMap(sinks.split_by_shard, totals=beam.pvalue.AsDict(sizes),
+            | "SplitByShard" >> beam.FlatMap(sinks.split_by_shard, totals=beam.pvalue.AsSingleton(sizes),
                                              target_bytes=self.target)
             .with_output_types(tuple[tuple[str, str, int], pa.Table])
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(WriteShard(self.output, self.fmt))
         )
+        return {"paths": paths, "stats": stats}
 
 
 class WriteRecords(beam.PTransform):
@@ -329,17 +330,51 @@ class WriteRecords(beam.PTransform):
 DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
 
 
-def perplexity_bins(table: pa.Table) -> Iterator[tuple[tuple[str, int], int]]:
-    """``((lang, bin), documents)`` of the scored documents of a table."""
+Totals = dict[tuple[str, str], tuple[int, int, int]]
+Bins = Counter[tuple[str, int]]
+
+
+def perplexity_bins(table: pa.Table) -> Bins:
+    """``{(lang, bin): documents}`` of the scored documents of a table."""
     langs, perplexities = table.column("lang").to_pylist(), table.column("perplexity").to_pylist()
-    bins = Counter((lang, int(math.floor(math.log(max(pp, 1e-3), DECILE_BIN))))
+    return Counter((lang, int(math.floor(math.log(max(pp, 1e-3), DECILE_BIN))))
                    for lang, pp in zip(langs, perplexities) if pp is not None)
-    yield from bins.items()
 
 
-def deciles(item: tuple[str, Iterable[tuple[int, int]]]) -> tuple[str, list[float]]:
+class CorpusStats(beam.CombineFn):
+    """Tables -> ``(totals, bins)``: per ``(lang, bucket)`` the (documents, characters, UTF-8 bytes)
+    of its rows, and the perplexity histogram. Sums only, so bundling does not change them; one
+    combine, folded into the stage that makes the tables, instead of a Beam stage per statistic."""
+
+    def create_accumulator(self) -> tuple[Totals, Bins]:
+        return {}, Counter()
+
+    def add_input(self, acc: tuple[Totals, Bins], table: pa.Table) -> tuple[Totals, Bins]:
+        return self.merge_accumulators([acc, (dict(sinks.partition_sums(table)), perplexity_bins(table))])
+
+    def merge_accumulators(self, accs: Iterable[tuple[Totals, Bins]]) -> tuple[Totals, Bins]:
+        merged, merged_bins = self.create_accumulator()
+        for totals, bins in accs:
+            for key, sums in totals.items():
+                merged[key] = sum_columns([merged.get(key, (0, 0, 0)), sums])
+            merged_bins.update(bins)
+        return merged, merged_bins
+
+    def extract_output(self, acc: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
+        totals, bins = acc  # in key order: the order of merging must not show
+        return dict(sorted(totals.items())), Counter(dict(sorted(bins.items())))
+
+
+def perplexity_deciles(bins: Bins) -> dict[str, list[float]]:
+    """Per language, the deciles of its histogram (languages without scores are left out)."""
+    by_lang: dict[str, list[tuple[int, int]]] = {}
+    for (lang, b), count in bins.items():
+        by_lang.setdefault(lang, []).append((b, count))
+    return {lang: deciles(lang_bins) for lang, lang_bins in sorted(by_lang.items())}
+
+
+def deciles(bins: Iterable[tuple[int, int]]) -> list[float]:
     """Deciles (0, 10, ..., 100th percentile) of one language's perplexity histogram."""
-    lang, bins = item
     ordered = sorted(bins)
     total = sum(count for _, count in ordered)
     result, seen, it = [], 0, iter(ordered)
@@ -350,7 +385,7 @@ def deciles(item: tuple[str, Iterable[tuple[int, int]]]) -> tuple[str, list[floa
             seen += count
             b, count = next(it)
         result.append(round(DECILE_BIN ** (b + 0.5), 1))
-    return lang, result
+    return result
 
 
 def sum_columns(values: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
@@ -361,8 +396,7 @@ def sum_columns(values: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
     return documents, characters, size
 
 
-def corpus_summary(totals: dict[tuple[str, str], tuple[int, int, int]],
-                   quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+def corpus_summary(totals: Totals, quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     """Per language: documents, characters, the same per bucket, and perplexity deciles."""
     summary: dict[str, dict[str, Any]] = {}
     for (lang, bucket), (documents, characters, _) in sorted(totals.items()):
@@ -375,10 +409,10 @@ def corpus_summary(totals: dict[tuple[str, str], tuple[int, int, int]],
     return summary
 
 
-def write_sampling(totals: dict[tuple[str, str], tuple[int, int, int]], quantiles: dict[str, list[float]],
-                   output: str, cfg: SamplingConfig) -> None:
+def write_sampling(corpus: tuple[Totals, Bins], output: str, cfg: SamplingConfig) -> None:
     """``sampling.json``: weights over the configured buckets, and the corpus summary stats.json reuses."""
-    summary = corpus_summary(totals, quantiles)
+    totals, bins = corpus
+    summary = corpus_summary(totals, perplexity_deciles(bins))
     counted: dict[str, dict[str, int]] = {}
     for (lang, bucket), (documents, characters, _) in totals.items():
         if not cfg.buckets or bucket in cfg.buckets:
@@ -422,21 +456,6 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     if near.enabled and near.position == "after_perplexity":
         docs = near_dedup(docs, cfg)
     tables = docs | "AsTables" >> AsTables()
-    _ = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
+    written = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
+    _ = written["stats"] | "WriteSampling" >> beam.Map(write_sampling, cfg.output, cfg.sampling)
     _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
-    quantiles = (
-        tables
-        | "PerplexityBins" >> beam.FlatMap(perplexity_bins)
-        | "CountBins" >> beam.CombinePerKey(sum)
-        | "ByLanguage" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1])))
-        | "GroupBins" >> beam.GroupByKey()
-        | "Deciles" >> beam.Map(deciles)
-        | "DecilesAsDict" >> beam.combiners.ToDict()
-    )
-    _ = (
-        tables
-        | "PartitionSums" >> beam.FlatMap(sinks.partition_sums)
-        | "SumPartitions" >> beam.CombinePerKey(sum_columns)
-        | "TotalsAsDict" >> beam.combiners.ToDict()
-        | "WriteSampling" >> beam.Map(write_sampling, beam.pvalue.AsSingleton(quantiles), cfg.output, cfg.sampling)
-    )

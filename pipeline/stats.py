@@ -8,8 +8,11 @@ EXCLUDED = ("unknown",)
 
 
 def sampling_weights(sizes: Mapping[str, int], alpha: float) -> dict[str, dict[str, float]]:
-    """p_i = n_i / Σn and q_i = p_i^α / Σ p_j^α for every language with n_i > 0."""
-    sizes = {lang: n for lang, n in sizes.items() if n > 0}
+    """p_i = n_i / Σn and q_i = p_i^α / Σ p_j^α for every language with n_i > 0.
+
+    Sums run in language order: the same sizes give the same bits however they were gathered.
+    """
+    sizes = {lang: n for lang, n in sorted(sizes.items()) if n > 0}
     total = sum(sizes.values())
     if not total:
         return {}

@@ -85,6 +85,20 @@ def test_sampling_weights(corpus):
         assert v["q"] == pytest.approx((v["n"] / total) ** 0.3 / z)
 
 
+def test_sampling_weights_do_not_depend_on_the_order_they_were_summed_in():
+    """Partition totals reach sampling.json in merge order; float sums in that order differ in the last bits."""
+    import random
+
+    from pipeline.stats import sampling_weights
+
+    sizes = {"ar": 185630, "de": 220627, "el": 224205, "en": 195085, "es": 208356, "fr": 221576,
+             "hi": 81398, "ru": 191152, "tr": 174784, "vi": 168830, "zh": 102982}  # the demo's scored corpus
+    items, rng = list(sizes.items()), random.Random(0)
+    for _ in range(20):
+        rng.shuffle(items)
+        assert sampling_weights(dict(items), 0.3) == sampling_weights(sizes, 0.3)
+
+
 def test_bad_input_is_rejected_with_reasons(corpus):
     rejected = [json.loads(line) for p in sorted(corpus.glob("rejected/part-*.jsonl")) for line in p.open()]
     reasons = {r["reason"] for r in rejected}
