@@ -31,7 +31,7 @@ REJECTED = "rejected"
 NEAR_DUPLICATES = "near_duplicates"
 RECORD_SHARDS = 16
 ARTIFACTS = ("stats.json", "sampling.json")
-READ_AHEAD = 256
+CHUNK_DOCS = 256  # records or documents one step handles in a row (see read_ahead, StepFn)
 T = TypeVar("T")
 
 
@@ -43,7 +43,7 @@ def detect_format(path: str, configured: str) -> str:
     return "wet" if name.endswith(".wet") else "warc"
 
 
-def read_ahead(items: Iterable[T], n: int = READ_AHEAD) -> Iterator[T]:
+def read_ahead(items: Iterable[T], n: int = CHUNK_DOCS) -> Iterator[T]:
     """``items`` in order, pulled ``n`` at a time before the first of them is passed on.
 
     Consumed one at a time, parsing and the step after it take turns per record and evict each
@@ -160,7 +160,7 @@ class StepFn(CountingDoFn):
     this way, fastText then KenLM about 10 % less (measured on the benchmark's WET files).
     """
 
-    def __init__(self, step: str, factory: Callable[[], Callable[[Document], Any]], chunk: int = READ_AHEAD) -> None:
+    def __init__(self, step: str, factory: Callable[[], Callable[[Document], Any]], chunk: int = CHUNK_DOCS) -> None:
         super().__init__(step)
         self.factory, self.chunk = factory, chunk
         self.fn: Callable[[Document], Any] | None = None
