@@ -2,8 +2,10 @@
 sharded Arrow + stats.
 
 The DoFns are thin: the logic lives in the step modules (``warc``, ``dedup``, ``lid``,
-``neardup``, ``perplexity``, ``sinks``, ``stats``); here they are wired together, models are loaded in ``setup()`` and drop
-reasons become ``Metrics.counter(step, reason)``.
+``neardup``, ``perplexity``, ``sinks``, ``stats``); here they are wired together, models are loaded in
+``setup()`` and drop reasons become counts that travel as data into stats.json (``counting``).
+The graph needs only what every runner has: ParDo, GroupByKey, Flatten, side inputs, and
+combines whose inputs are small (no runner has to lift a combine to keep a stage in memory).
 """
 from __future__ import annotations
 
@@ -16,11 +18,10 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
-from apache_beam.utils.windowed_value import WindowedValue
 
 from . import dedup, fs, neardup, sinks, stats
-from .counting import CountingDoFn
-from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig, SamplingConfig
+from .counting import MAIN, Counted, Counts, CountingDoFn, total_counts
+from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig
 from .documents import Document, Drop, Rejected
 from .lid import LanguageIdentifier
 from .neardup import NearDedup
@@ -31,6 +32,8 @@ REJECTED = "rejected"
 NEAR_DUPLICATES = "near_duplicates"
 RECORD_SHARDS = 16
 ARTIFACTS = ("stats.json", "sampling.json")
+RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
+CONFIG_SECTIONS = ("read", "dedup", "lid", "near_dedup", "perplexity", "write", "sampling")
 CHUNK_DOCS = 256  # records or documents one step handles in a row (see read_ahead, StepFn)
 T = TypeVar("T")
 
@@ -146,8 +149,8 @@ class ReadAndDedup(beam.PTransform):
         return (
             {"path": files, "removed": removed}
             | "JoinByFile" >> beam.CoGroupByKey()
-            | "Read" >> beam.ParDo(ReadFiles(self.read_cfg, self.dedup_cfg, self.n_files, self.progress))
-            .with_outputs(REJECTED, main="docs")
+            | "Read" >> Counted(ReadFiles(self.read_cfg, self.dedup_cfg, self.n_files, self.progress),
+                                outputs=(REJECTED,))
         )
 
 
@@ -178,10 +181,10 @@ class StepFn(CountingDoFn):
         if len(self.waiting) >= self.chunk:
             yield from self._run()
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
+    def finish_bundle(self) -> Iterator[Any]:
         for doc in self._run():  # batch pipelines: every document is in the global window
             yield GlobalWindows.windowed_value(doc)
-        super().finish_bundle()
+        yield from super().finish_bundle()
 
     def _run(self) -> list[Document]:
         assert self.fn is not None
@@ -291,7 +294,8 @@ class WriteCorpus(beam.PTransform):
         self.output, self.fmt, self.target = output, fmt, int(shard_size_mb * 2**20)
 
     def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
-        stats = tables | "Stats" >> beam.CombineGlobally(CorpusStats())
+        stats = (tables | "TableStats" >> beam.Map(table_stats)
+                 | "Stats" >> beam.CombineGlobally(CorpusStats()))
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
@@ -299,7 +303,7 @@ class WriteCorpus(beam.PTransform):
                                              target_bytes=self.target)
             .with_output_types(tuple[tuple[str, str, int], pa.Table])
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(WriteShard(self.output, self.fmt))
+            | "WriteShard" >> Counted(WriteShard(self.output, self.fmt))
         )
         return {"paths": paths, "stats": stats}
 
@@ -341,16 +345,21 @@ def perplexity_bins(table: pa.Table) -> Bins:
                    for lang, pp in zip(langs, perplexities) if pp is not None)
 
 
+def table_stats(table: pa.Table) -> tuple[Totals, Bins]:
+    """One table's ``(totals, bins)``: per ``(lang, bucket)`` the (documents, characters, UTF-8
+    bytes) of its rows, and the perplexity histogram."""
+    return dict(sinks.partition_sums(table)), perplexity_bins(table)
+
+
 class CorpusStats(beam.CombineFn):
-    """Tables -> ``(totals, bins)``: per ``(lang, bucket)`` the (documents, characters, UTF-8 bytes)
-    of its rows, and the perplexity histogram. Sums only, so bundling does not change them; one
-    combine, folded into the stage that makes the tables, instead of a Beam stage per statistic."""
+    """:func:`table_stats` of every table -> their sums. Sums only, so bundling does not change
+    them; small inputs, so a runner that does not lift combines (Dask) moves no tables for it."""
 
     def create_accumulator(self) -> tuple[Totals, Bins]:
         return {}, Counter()
 
-    def add_input(self, acc: tuple[Totals, Bins], table: pa.Table) -> tuple[Totals, Bins]:
-        return self.merge_accumulators([acc, (dict(sinks.partition_sums(table)), perplexity_bins(table))])
+    def add_input(self, acc: tuple[Totals, Bins], stats: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
+        return self.merge_accumulators([acc, stats])
 
     def merge_accumulators(self, accs: Iterable[tuple[Totals, Bins]]) -> tuple[Totals, Bins]:
         merged, merged_bins = self.create_accumulator()
@@ -409,20 +418,28 @@ def corpus_summary(totals: Totals, quantiles: dict[str, list[float]]) -> dict[st
     return summary
 
 
-def write_sampling(corpus: tuple[Totals, Bins], output: str, cfg: SamplingConfig) -> None:
-    """``sampling.json``: weights over the configured buckets, and the corpus summary stats.json reuses."""
+def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusConfig, n_files: int) -> None:
+    """``sampling.json`` (weights over the configured buckets, and the corpus summary) and
+    ``stats.json`` (counters of every step, per-language totals, the config). Both depend only on
+    the input and config: what differs per run (runner, time) goes to run.json."""
     totals, bins = corpus
     summary = corpus_summary(totals, perplexity_deciles(bins))
     counted: dict[str, dict[str, int]] = {}
     for (lang, bucket), (documents, characters, _) in totals.items():
-        if not cfg.buckets or bucket in cfg.buckets:
+        if not cfg.sampling.buckets or bucket in cfg.sampling.buckets:
             entry = counted.setdefault(lang, {"documents": 0, "characters": 0})
             entry["documents"] += documents
             entry["characters"] += characters
-    report = stats.sampling_report(counted, cfg.alpha, cfg.unit)
-    report["buckets"] = cfg.buckets or "all"
+    report = stats.sampling_report(counted, cfg.sampling.alpha, cfg.sampling.unit)
+    report["buckets"] = cfg.sampling.buckets or "all"
     report["corpus"] = summary
-    sinks.write_json(report, fs.join(output, "sampling.json"))
+    sinks.write_json(report, fs.join(cfg.output, "sampling.json"))
+    sinks.write_json({
+        "input_files": n_files,
+        "counters": counters,
+        "languages": summary,
+        "config": {name: vars(getattr(cfg, name)) for name in CONFIG_SECTIONS},
+    }, fs.join(cfg.output, "stats.json"))
 
 
 def near_dedup(docs: beam.PCollection, cfg: CorpusConfig) -> beam.PCollection:
@@ -430,7 +447,7 @@ def near_dedup(docs: beam.PCollection, cfg: CorpusConfig) -> beam.PCollection:
     result = docs | "NearDedup" >> NearDedup(cfg.near_dedup)
     if cfg.near_dedup.write_removed:
         _ = result[neardup.REMOVED] | "WriteNearDuplicates" >> WriteRecords(cfg.output, NEAR_DUPLICATES)
-    return result.docs
+    return result[MAIN]
 
 
 def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], languages: list[str],
@@ -442,20 +459,21 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     """
     indexed = p | "Files" >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
     read = indexed | "ReadAndDedup" >> ReadAndDedup(cfg.read, cfg.dedup, len(files), cfg.progress)
-    docs, rejected = read.docs, read[REJECTED]
+    docs, rejected = read[MAIN], read[REJECTED]
     near = cfg.near_dedup
     if near.enabled and near.position == "before_lid":
         docs = near_dedup(docs, cfg)
-    docs = docs | "LanguageID" >> beam.ParDo(StepFn("lid", language_identifier(cfg.lid)))
+    docs = docs | "LanguageID" >> Counted(StepFn("lid", language_identifier(cfg.lid)))
     if near.enabled and near.position == "after_lid":
         docs = near_dedup(docs, cfg)
     if cfg.perplexity.models:
-        docs = docs | "Perplexity" >> beam.ParDo(StepFn("perplexity", perplexity_scorer(cfg.perplexity, languages, cutoffs)))
+        docs = docs | "Perplexity" >> Counted(StepFn("perplexity", perplexity_scorer(cfg.perplexity, languages, cutoffs)))
     else:
         docs = docs | "Bucket" >> beam.Map(without_perplexity)
     if near.enabled and near.position == "after_perplexity":
         docs = near_dedup(docs, cfg)
     tables = docs | "AsTables" >> AsTables()
     written = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
-    _ = written["stats"] | "WriteSampling" >> beam.Map(write_sampling, cfg.output, cfg.sampling)
     _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
+    counters = total_counts(p)  # last: every counting step is in the graph by now
+    _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files))

@@ -48,7 +48,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from .counting import CountingDoFn
+from .counting import MAIN, Counted, CountingDoFn
 from .documents import Document
 from .errors import UserError
 
@@ -450,7 +450,7 @@ def _by_larger(edge: tuple[str, str]) -> tuple[str, str]:
 
 
 class ConnectedComponents(beam.PTransform):
-    """Edges ``(a, b)`` -> main: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
+    """Edges ``(a, b)`` -> ``main``: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
 
     The kept id of a component is its smallest id. Each round is a large-star and a small-star
     step; once a round changes nothing (a side input tells), the edges leave the loop and later
@@ -488,7 +488,7 @@ class ConnectedComponents(beam.PTransform):
             | "Resolve/Flatten" >> beam.Flatten()
             | "Resolve/Key" >> beam.FlatMap(_both_ways)
             | "Resolve/Group" >> beam.GroupByKey()
-            | "Resolve/Roots" >> beam.ParDo(_Resolve()).with_outputs("size", main="parent")
+            | "Resolve/Roots" >> Counted(_Resolve(), outputs=("size",))
         )
 
 
@@ -575,7 +575,7 @@ def removed_record(doc: Document, duplicate_of: str) -> dict[str, Any]:
 
 
 class NearDedup(beam.PTransform):
-    """Documents -> tagged outputs ``docs`` (kept, with ``minhash_cluster_size``) and ``removed``."""
+    """Documents -> tagged outputs ``main`` (kept, with ``minhash_cluster_size``) and ``removed``."""
 
     def __init__(self, cfg: NearDupConfig) -> None:
         super().__init__()
@@ -587,14 +587,14 @@ class NearDedup(beam.PTransform):
         edges = (
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
-            | "BandKeys" >> beam.ParDo(BandKeys(cfg))
+            | "BandKeys" >> Counted(BandKeys(cfg))
             | "GroupByBucket" >> beam.GroupByKey()
-            | "CandidateEdges" >> beam.ParDo(CandidateEdges(cfg.min_matches() if cfg.verify else None))
+            | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
         )
         clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
         keyed = docs | "KeyById" >> beam.Map(_by_id)
         return (
-            {"doc": keyed, "parent": clusters.parent, "size": clusters.size}
+            {"doc": keyed, "parent": clusters[MAIN], "size": clusters["size"]}
             | "JoinById" >> beam.CoGroupByKey()
-            | "Apply" >> beam.ParDo(ApplyNearDup(cfg.write_removed)).with_outputs(REMOVED, main="docs")
+            | "Apply" >> Counted(ApplyNearDup(cfg.write_removed), outputs=(REMOVED,))
         )

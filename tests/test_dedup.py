@@ -100,4 +100,4 @@ def test_beam_two_pass_dedup_on_wet_files(policy, tmp_path):
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         files = p | beam.Create(list(enumerate(paths)))
         out = files | ReadAndDedup(ReadConfig(), DedupConfig(policy=policy, min_length=10), len(paths), False)
-        assert_that(out.docs | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))
+        assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))

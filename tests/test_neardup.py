@@ -179,7 +179,7 @@ def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str):
     write_jsonl(docs, work / "in.jsonl")
     p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", *options]))
     out = p | beam.io.ReadFromText(str(work / "in.jsonl")) | beam.Map(json.loads) | NearDedup(cfg)
-    _ = (out.docs | "Kept" >> beam.Map(lambda d: json.dumps([d["id"], d["minhash_cluster_size"], d["text"]]))
+    _ = (out.main | "Kept" >> beam.Map(lambda d: json.dumps([d["id"], d["minhash_cluster_size"], d["text"]]))
          | "WriteKept" >> beam.io.WriteToText(str(work / "kept")))
     _ = out.removed | "Removed" >> beam.Map(json.dumps) | "WriteRemoved" >> beam.io.WriteToText(str(work / "removed"))
     result = p.run()
@@ -404,8 +404,8 @@ def test_beam_connected_components_and_convergence_counter(tmp_path):
     for iterations, converged in ((20, True), (1, False)):
         p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"]))
         out = p | beam.Create(edges) | ConnectedComponents(iterations)
-        for name in ("parent", "size"):
-            _ = (getattr(out, name) | f"{name}/Json" >> beam.Map(json.dumps)
+        for name, tag in (("parent", "main"), ("size", "size")):
+            _ = (out[tag] | f"{name}/Json" >> beam.Map(json.dumps)
                  | f"{name}/Write" >> beam.io.WriteToText(str(tmp_path / f"{name}{iterations}")))
         result = p.run()
         result.wait_until_finish()

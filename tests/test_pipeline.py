@@ -6,12 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import apache_beam as beam
 import pyarrow as pa
 import pytest
+from apache_beam.testing.util import assert_that, equal_to
 from conftest import gz, warc_record
 from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
+from pipeline.counting import COUNTS, Counted, total_counts
 from pipeline.sinks import SCHEMA, read_shard
 
 
@@ -156,11 +159,29 @@ def test_step_fn_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
         return Drop("odd") if doc["id"] % 2 else doc
 
     fn = StepFn("test", lambda: step, chunk=3)
+    Counted(fn)  # declares the counts output
     fn.setup()
     fn.start_bundle()
     out = [[d["id"] for d in fn.process({"id": i})] for i in range(5)]
     assert out == [[], [], [0, 2], [], []] and calls == [0, 1, 2]
-    assert [w.value["id"] for w in fn.finish_bundle()] == [4] and calls == [0, 1, 2, 3, 4]
+    *docs, counts = fn.finish_bundle()
+    assert [w.value["id"] for w in docs] == [4] and calls == [0, 1, 2, 3, 4]
+    assert counts.tag == COUNTS and counts.value.value == [(("test", "documents_out"), 3), (("test", "odd"), 2)]
+
+
+def test_counts_travel_as_data_and_an_undeclared_counting_step_fails():
+    """Counts leave each bundle as one element and are summed by one combine; a counting DoFn
+    applied without Counted would lose them (a runner may drop an undeclared output): it fails."""
+    from pipeline.beam_pipeline import StepFn
+
+    with beam.Pipeline("DirectRunner") as p:
+        docs = p | beam.Create([{"id": i} for i in range(10)])
+        _ = docs | "Step" >> Counted(StepFn("test", lambda: lambda d: d, chunk=4))
+        _ = docs | "Again" >> Counted(StepFn("other", lambda: lambda d: d))
+        assert_that(total_counts(p), equal_to([{"other": {"documents_out": 10}, "test": {"documents_out": 10}}]))
+    with pytest.raises(Exception, match="applied without Counted"):
+        with beam.Pipeline("DirectRunner") as p:
+            _ = p | beam.Create([{"id": 1}]) | beam.ParDo(StepFn("test", lambda: lambda d: d))
 
 
 @pytest.mark.slow

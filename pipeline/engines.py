@@ -1,0 +1,97 @@
+"""Which engine runs the graph, and one clear line for an engine the options cannot reach.
+
+The graph is the same on every engine (``beam_pipeline``); here only the runner is chosen:
+``DirectRunner`` runs on Beam's FnApiRunner (never the Prism download), ``DaskRunner`` on our
+Dask translation (``dask_runner``), anything else as Beam resolves it (PortableRunner, Flink,
+Spark, Dataflow, Prism).
+"""
+from __future__ import annotations
+
+import os
+
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, _BeamArgumentParser
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo, FnApiRunner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.runners.runner import PipelineRunner
+
+from .errors import UserError
+
+DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
+LOCAL_NAMES = ("DirectRunner", "SwitchingDirectRunner")
+JAR_RUNNERS = {"FlinkRunner": ("--flink_job_server_jar", "--flink_master"),
+               "SparkRunner": ("--spark_job_server_jar", "--spark_master_url")}
+
+
+def _all_option_classes(cls: type = PipelineOptions) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_option_classes(sub))
+    return found
+
+
+def unknown_beam_flags(flags: list[str]) -> list[str]:
+    """Flags no registered Beam PipelineOptions class knows (Beam would only log and drop them)."""
+    from . import dask_runner  # noqa: F401  registers Beam's DaskOptions and ours
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in _all_option_classes():
+        cls._add_argparse_args(parser)
+    return parser.parse_known_args(flags)[1]
+
+
+def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
+    """Beam's options for ``--runner`` and the extra flags; unknown flags are an error."""
+    flags = [f"--runner={runner}", *flags]
+    unknown = unknown_beam_flags(flags)
+    if unknown:
+        raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
+    return PipelineOptions(flags)
+
+
+def make_runner(options: PipelineOptions) -> PipelineRunner | None:
+    """Our runner for DirectRunner and DaskRunner; None: Beam picks it from the options.
+
+    DirectRunner first tries Prism, which it downloads from GitHub: network access at run time,
+    and on a machine with network a different engine than the one configured and tested here.
+    ``--runner PrismRunner`` still asks for Prism.
+    """
+    all_options = options.get_all_options()
+    if all_options["runner"] in DASK_NAMES:
+        from .dask_runner import DaskRunner
+
+        return DaskRunner()
+    if all_options["runner"] not in LOCAL_NAMES:
+        return None
+    # as DirectRunner builds it: the options travel to the SDK workers in the provision info
+    info = beam_provision_api_pb2.ProvisionInfo(pipeline_options=JobServiceHandle.encode_pipeline_options(all_options))
+    return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
+
+
+def check_engine(options: PipelineOptions) -> None:
+    """One line for what Beam would only find out with a traceback: a portable runner with no
+    job service, or a Flink/Spark job server JAR that would have to be downloaded."""
+    runner = options.get_all_options()["runner"]
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    if runner == "PortableRunner" and not endpoint:
+        raise UserError("--runner PortableRunner needs --job_endpoint: the address of a running job service "
+                        "(a Flink or Spark job server, host:8099), or 'embed' for Beam's own in this process")
+    if runner not in JAR_RUNNERS or endpoint:
+        return
+    from apache_beam.runners.portability.flink_runner import FlinkJarJobServer
+    from apache_beam.runners.portability.spark_runner import SparkJarJobServer
+    from apache_beam.utils.subprocess_server import JavaJarServer
+
+    jar_flag, master_flag = JAR_RUNNERS[runner]
+    server = FlinkJarJobServer(options) if runner == "FlinkRunner" else SparkJarJobServer(options)
+    try:
+        jar = server.path_to_jar()
+    except ValueError as exc:  # a --*_job_server_jar that is neither a file nor a URL
+        raise UserError(str(exc).splitlines()[0]) from None
+    if os.path.exists(jar) or os.path.exists(os.path.join(JavaJarServer.JAR_CACHE, os.path.basename(jar))):
+        return
+    raise UserError(f"--runner {runner} starts its job server from {os.path.basename(jar)}, which is not in "
+                    f"{JavaJarServer.JAR_CACHE} and would be downloaded from {jar}: pass {jar_flag}=PATH to "
+                    f"a downloaded copy, or --job_endpoint=HOST:PORT of a running job server "
+                    f"(and {master_flag} for the cluster)")
