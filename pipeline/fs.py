@@ -64,6 +64,14 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     FileSystems.rename([tmp], [path])
 
 
+def remove_temporaries(patterns: Iterable[str]) -> list[str]:
+    """Delete what :func:`write_atomic` left in the folders ``patterns`` match when its writer
+    died before the rename (a killed worker whose work was then redone elsewhere)."""
+    leftovers = [p for folder in patterns for p in match_optional(join(folder, "*.tmp-*"))]
+    delete(leftovers)
+    return leftovers
+
+
 def delete(paths: Iterable[str]) -> None:
     existing = [p for p in paths if FileSystems.exists(p)]
     if existing:

@@ -62,6 +62,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         raise UserError(str(exc)) from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
     pipeline.run().wait_until_finish()
+    folders = [cfg.output, fs.join(cfg.output, "lang=*", "bucket=*"), fs.join(cfg.output, REJECTED),
+               fs.join(cfg.output, NEAR_DUPLICATES)]
+    for path in fs.remove_temporaries(folders):
+        LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options}
     sinks.write_json(run, fs.join(cfg.output, RUN_FILE))

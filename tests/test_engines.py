@@ -1,0 +1,253 @@
+"""The same graph on every engine, with the same bytes: DirectRunner, DaskRunner on clusters the
+tests start (a LocalCluster; a `dask scheduler` and `dask worker` processes, one of them killed
+mid-run) and Beam's portable job API (LOOPBACK; EXTERNAL SDK worker processes). Plus one clear
+line for every engine mistake."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import gz, warc_record
+
+from pipeline.__main__ import main
+from pipeline.beam_pipeline import RUN_FILE
+from pipeline.sinks import read_shard
+
+PY = Path(sys.executable)
+COMPARED = ("stats.json", "sampling.json")
+pytestmark = pytest.mark.timeout(600)
+
+
+def output_digests(out: Path) -> dict[str, str]:
+    """sha1 of every file a run wrote but run.json (which names the runner and the time)."""
+    return {str(p.relative_to(out)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name != RUN_FILE}
+
+
+def run(config: list[str], out: Path, *engine: str) -> dict[str, str]:
+    assert main(["run", "--no-progress", *config, "--output", str(out), *engine]) == 0
+    digests = output_digests(out)
+    assert set(COMPARED) <= set(digests) and any(k.startswith("lang=") for k in digests)
+    return digests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def near_copy(text: str) -> str:
+    """Every paragraph changed for exact dedup (a space doubled: its hash covers whitespace) but not
+    for MinHash (words split on it), and one word added: a near duplicate that exact dedup keeps."""
+    lines = [line.replace(" ", "  ", 1) if " " in line else line + "." for line in text.split("\n")]
+    return "\n".join(lines) + " copy"
+
+
+def planted_corpus(sample: Path, corpus: Path, out: Path) -> Path:
+    """The bundled sample plus two WET files of planted duplicates of documents the pipeline kept
+    from it (``corpus``): copied whole (every paragraph an exact duplicate across files) and with a
+    few characters changed in every paragraph (:func:`near_copy`),
+    so that both dedup stages cross files, and so workers."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted((sample / "wet").glob("*.warc.wet.gz")):
+        shutil.copy(f, out / f.name)
+    kept = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*.arrow")) for row in read_shard(str(p)).to_pylist()]
+    long = [row["text"] for row in kept if len(row["text"]) > 1500]
+    for n, (name, change) in enumerate((("planted-exact", False), ("planted-near", True))):
+        records = []
+        for i, text in enumerate(long[n::7][:30]):
+            if change:
+                text = near_copy(text)
+            records.append(gz(warc_record(text.encode("utf-8"), uri=f"https://planted.example/{name}/{i}",
+                                          record_id=f"<urn:uuid:{n:04d}{i:04d}-0000-0000-0000-000000000000>")))
+        (out / f"{name}.warc.wet.gz").write_bytes(b"".join(records))
+    return out
+
+
+@pytest.fixture(scope="module")
+def planted(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
+    """The planted corpus, its config (near-dup and perplexity buckets on) and the DirectRunner's bytes."""
+    root = tmp_path_factory.mktemp("engines")
+    inputs = planted_corpus(sample, sample_corpus, root / "in")
+    cutoffs = root / "cutoff.csv"
+    langs = sorted(p.name.split(".")[0] for p in sample_lms.glob("*.arpa.bin"))
+    cutoffs.write_text(",".join(["", *langs]) + "\n" + "".join(
+        ",".join([str(p), *(str(50 + 5 * p) for _ in langs)]) + "\n" for p in range(101)))
+    config = ["--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"),
+              "--set", f"perplexity.models={sample_lms}", "--set", f"perplexity.cutoffs={cutoffs}",
+              "--set", "write.shard_size_mb=0.25", "--set", "beam_options=[]"]
+    reference = run(config, root / "direct", "--runner", "DirectRunner")
+    return {"config": config, "reference": reference, "root": root}
+
+
+def test_planted_duplicates_cross_files(planted):
+    import json
+
+    stats = json.loads((planted["root"] / "direct" / "stats.json").read_text())
+    counters = stats["counters"]
+    assert counters["dedup"]["all_paragraphs_duplicated"] >= 254 + 2 * 30  # the sample's, the copies and originals
+    assert counters["neardup"]["near_duplicate"] >= 25
+    assert set(counters["perplexity"]) >= {"documents_out"}
+    buckets = {b for lang in stats["languages"].values() for b in lang["buckets"]}
+    assert {"head", "middle", "tail"} <= buckets
+
+
+def test_dask_local_cluster_writes_the_direct_runner_bytes(planted, tmp_path):
+    assert run(planted["config"], tmp_path, "--runner", "DaskRunner", "--dask_num_workers", "2") == planted["reference"]
+
+
+def test_portable_loopback_writes_the_direct_runner_bytes(planted, tmp_path):
+    assert run(planted["config"], tmp_path, "--runner", "PortableRunner", "--job_endpoint", "embed",
+               "--environment_type", "LOOPBACK") == planted["reference"]
+
+
+class DaskCluster:
+    """`dask scheduler` and `dask worker` processes (no nanny: a killed worker stays dead) on 127.0.0.1."""
+
+    def __init__(self, root: Path, workers: int) -> None:
+        self.file = root / "scheduler.json"
+        env = {**os.environ, "PATH": f"{PY.parent}{os.pathsep}{os.environ['PATH']}"}
+        self.procs = [subprocess.Popen([str(PY.parent / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                        "--no-dashboard", "--scheduler-file", str(self.file)],
+                                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        for _ in range(workers):
+            self.procs.append(subprocess.Popen(
+                [str(PY.parent / "dask"), "worker", "--scheduler-file", str(self.file), "--nthreads", "1",
+                 "--no-nanny", "--host", "127.0.0.1", "--no-dashboard"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        from dask.distributed import Client
+
+        deadline = time.monotonic() + 60
+        while not self.file.exists():
+            assert time.monotonic() < deadline, "dask scheduler did not start"
+            time.sleep(0.2)
+        self.client = Client(scheduler_file=str(self.file), timeout=30)
+        self.client.wait_for_workers(workers, timeout=60)
+
+    def stop(self) -> None:
+        self.client.close()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_dask_cluster_survives_a_killed_worker_with_the_same_bytes(planted, tmp_path):
+    """A worker SIGKILLed while it reads a file: the scheduler redoes its work on the other worker,
+    and the output is byte-identical to an undisturbed run (sinks are idempotent, leftovers removed)."""
+    cluster = DaskCluster(tmp_path, workers=2)
+    pids = cluster.client.run(os.getpid)
+    killed: list[int] = []
+
+    def kill_a_reader() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for address, keys in cluster.client.processing().items():
+                if any("ReadFiles" in str(key) for key in keys):
+                    os.kill(pids[address], signal.SIGKILL)
+                    killed.append(pids[address])
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_reader)
+    try:
+        killer.start()
+        digests = run(planted["config"], tmp_path / "out", "--runner", "DaskRunner",
+                      "--dask_scheduler_file", str(tmp_path / "scheduler.json"))
+        killer.join()
+        assert killed, "no worker was reading when the job ran"
+        assert len(cluster.client.scheduler_info()["workers"]) == 1
+        assert digests == planted["reference"]
+    finally:
+        cluster.stop()
+
+
+def test_local_cluster_listens_on_loopback_only():
+    psutil = pytest.importorskip("psutil")
+    from pipeline.dask_runner import local_cluster
+
+    me = psutil.Process()
+    before = {c.laddr for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    cluster = local_cluster(2)
+    try:
+        procs = [me, *me.children(recursive=True)]
+        listening = [c.laddr for p in procs for c in p.net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN and c.laddr not in before]
+        assert len(listening) >= 3  # the scheduler and two workers at least
+        assert {addr.ip for addr in listening} == {"127.0.0.1"}, listening
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("engine, expected", [
+    (["--runner", "PortableRunner"], "--runner PortableRunner needs --job_endpoint"),
+    (["--runner", "FlinkRunner"], "pass --flink_job_server_jar=PATH"),
+    (["--runner", "SparkRunner"], "pass --spark_job_server_jar=PATH"),
+    (["--runner", "FlinkRunner", "--flink_job_server_jar", "/no/such.jar"], "/no/such.jar"),
+    (["--runner", "DaskRunner", "--dask_frobnicate=1"], "unknown option or argument '--dask_frobnicate=1'"),
+])
+def test_engine_mistakes_are_one_line(sample, tmp_path, engine, expected, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no cached job server JAR
+    proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
+                           "--output", str(tmp_path / "out"), *engine],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and expected in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreachable_scheduler_is_one_line_within_the_timeout(sample, tmp_path):
+    address = f"tcp://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
+                           "--output", str(tmp_path / "out"), "--runner", "DaskRunner",
+                           "--dask_client_address", address, "--dask_connection_timeout", "3"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"cannot reach the Dask scheduler at {address}" in proc.stderr
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [
+    ["--runner", "DirectRunner", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+    ["--runner", "DaskRunner", "--dask_num_workers", "3"],
+])
+def test_more_workers_write_the_same_bytes(planted, tmp_path, engine):
+    assert run(planted["config"], tmp_path, *engine) == planted["reference"]
+
+
+@pytest.mark.slow
+def test_portable_external_sdk_worker_process_writes_the_same_bytes(planted, tmp_path):
+    """Beam's worker pool starts the SDK workers as processes of their own (the way Flink and Spark
+    job servers reach Python); the embedded job service uses one of them per job."""
+    port = free_port()
+    env = {**os.environ, "PATH": f"{PY.parent}{os.pathsep}{os.environ['PATH']}"}  # the pool starts `python`
+    pool = subprocess.Popen([str(PY), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        digests = run(planted["config"], tmp_path, "--runner", "PortableRunner", "--job_endpoint", "embed",
+                      "--environment_type", "EXTERNAL", "--environment_config", f"127.0.0.1:{port}",
+                      "--sdk_worker_parallelism", "2")
+        assert digests == planted["reference"]
+    finally:
+        pool.kill()
+        pool.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_bundled_sample_is_the_same_on_dask_and_portable(sample, tmp_path):
+    config = ["--config", "configs/corpus/sample.yaml", "--set", "beam_options=[]"]
+    reference = run(config, tmp_path / "direct", "--runner", "DirectRunner")
+    assert run(config, tmp_path / "dask", "--runner", "DaskRunner", "--dask_num_workers", "2") == reference
+    assert run(config, tmp_path / "portable", "--runner", "PortableRunner", "--job_endpoint", "embed",
+               "--environment_type", "LOOPBACK") == reference
