@@ -53,6 +53,9 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     if args.no_progress:
         cfg.progress = False
     report = run_corpus(cfg, overwrite=args.overwrite)
+    if "built_only" in report:
+        print(f"job built, not run: {report['built_only']}")
+        return 0
     print(_summary(report, cfg.output))
     return 0
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
 
 from . import fs, sinks
 from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, RUN_FILE, build_pipeline
@@ -46,7 +47,9 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         if uncovered:
             LOG.warning("%s has no cutoffs for %s: their documents get bucket 'all'", cfg.perplexity.cutoffs,
                         ", ".join(uncovered))
-    stale = previous_outputs(cfg.output)
+    template = options.view_as(GoogleCloudOptions).template_location
+    build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
+    stale = [] if build_only else previous_outputs(cfg.output)
     if stale:
         if not overwrite:
             raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
@@ -61,7 +64,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones
         raise UserError(str(exc)) from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
-    pipeline.run().wait_until_finish()
+    result = pipeline.run()
+    if build_only:  # with --template_location the job and what it needs are staged, not run
+        return {"built_only": template or "(--dry_run: not staged)"}
+    result.wait_until_finish()
     folders = [cfg.output, fs.join(cfg.output, "lang=*", "bucket=*"), fs.join(cfg.output, REJECTED),
                fs.join(cfg.output, NEAR_DUPLICATES)]
     for path in fs.remove_temporaries(folders):

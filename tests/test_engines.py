@@ -251,3 +251,66 @@ def test_bundled_sample_is_the_same_on_dask_and_portable(sample, tmp_path):
     assert run(config, tmp_path / "dask", "--runner", "DaskRunner", "--dask_num_workers", "2") == reference
     assert run(config, tmp_path / "portable", "--runner", "PortableRunner", "--job_endpoint", "embed",
                "--environment_type", "LOOPBACK") == reference
+
+
+@pytest.fixture
+def gcs_emulator(tmp_path):
+    """gcp-storage-emulator on 127.0.0.1 with bucket ``polyglot``; yields (env, client)."""
+    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed (make test installs it)")
+    from google.cloud import storage
+
+    port = free_port()
+    proc = subprocess.Popen([str(PY.parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port),
+                             "--in-memory", "--default-bucket", "polyglot"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gcp-storage-emulator did not start"
+                time.sleep(0.2)
+        os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
+        yield env, storage.Client.create_anonymous_client().bucket("polyglot")
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_dataflow_job_is_built_offline_with_our_package_and_options(sample, gcs_emulator, tmp_path):
+    """workflows/dataflow.sh --dry-run: Beam's DataflowRunner stages the sdist and the job's files on
+    a real GCS server (the emulator) and writes the job as a template; nothing is submitted."""
+    import json
+
+    from pipeline.lid import default_model_path
+
+    env, bucket = gcs_emulator
+    bucket.blob("models/lid.176.bin").upload_from_filename(default_model_path())
+    for f in sorted((sample / "wet").glob("*.warc.wet.gz")):
+        bucket.blob(f"crawl-data/CC-MAIN-2024-10/segments/s/wet/{f.name}").upload_from_filename(str(f))
+    env.update(PROJECT="polyglot-test", BUCKET="polyglot", SCORE="0", MACHINE_TYPE="n2-highmem-4", MAX_WORKERS="7",
+               DISK_GB="50", PY=str(PY))
+    proc = subprocess.run(["bash", "workflows/dataflow.sh", "--dry-run"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "job written to gs://polyglot/templates/polyglot-corpus-cc-main-2024-10.json (not run)" in proc.stdout
+    job = json.loads(bucket.blob("templates/polyglot-corpus-cc-main-2024-10.json").download_as_bytes())
+    assert job["name"] == "polyglot-corpus-cc-main-2024-10" and job["type"] == "JOB_TYPE_BATCH"
+    environment = job["environment"]
+    [pool] = environment["workerPools"]
+    assert pool["machineType"] == "n2-highmem-4" and pool["diskSizeGb"] == 50
+    assert pool["autoscalingSettings"]["maxNumWorkers"] == 7
+    staged = {p["name"]: p["location"] for p in pool["packages"]}
+    assert "polyglot_corpus-0.1.0.tar.gz" in staged
+    assert all(loc.startswith("storage.googleapis.com/polyglot/staging/") for loc in staged.values())
+    assert environment["tempStoragePrefix"].startswith("storage.googleapis.com/polyglot/tmp/")
+    options = environment["sdkPipelineOptions"]["options"]
+    assert options["runner"] == "DataflowRunner" and options["project"] == "polyglot-test"
+    assert options["extra_packages"] == ["dist/polyglot_corpus-0.1.0.tar.gz"]
+    sdist = [b for b in bucket.client.list_blobs("polyglot", prefix="staging/") if b.name.endswith(".tar.gz")]
+    assert sdist and sdist[0].size > 10_000
+    assert not list(bucket.client.list_blobs("polyglot", prefix="corpus/"))  # nothing ran

