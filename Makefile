@@ -20,6 +20,7 @@ test-slow: setup
 
 bench: setup
 	$(PY) workflows/bench_pipeline.py
+	$(PY) workflows/bench_engines.py
 	$(PY) workflows/bench_perplexity.py
 	$(PY) workflows/bench_neardup.py
 	$(PY) workflows/bench_tokenize.py

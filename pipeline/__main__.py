@@ -17,6 +17,8 @@ config keys (YAML file, or --set KEY=VALUE):
 
 Any other --flag is passed to Beam as a pipeline option, for example
   --direct_num_workers=2 --direct_running_mode=multi_processing      (local, 2 processes)
+  --dask_num_workers=4, or --dask_client_address=tcp://HOST:8786      (with --runner DaskRunner)
+  --job_endpoint=embed --environment_type=LOOPBACK                     (with --runner PortableRunner)
   --project=P --region=R --temp_location=gs://B/tmp --extra_package=dist/polyglot_corpus-0.1.0.tar.gz
                                                                        (with --runner DataflowRunner)
 Unknown flags are an error.
@@ -133,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "replaces the config's input)")
     run.add_argument("--output", help="output directory (replaces the config's output)")
     run.add_argument("--runner", help="Beam runner (default DirectRunner): DirectRunner (run on Beam's FnApiRunner, "
-                     "never downloading Prism), PrismRunner, DataflowRunner, FlinkRunner, SparkRunner")
+                     "never downloading Prism), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, "
+                     "FlinkRunner, SparkRunner (see README: Running on a cluster)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override one config key, e.g. --set dedup.policy=keep_first (value read as YAML)")
     run.add_argument("--overwrite", action="store_true", help="replace the corpus an earlier run left in --output")

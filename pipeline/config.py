@@ -91,7 +91,7 @@ class CorpusConfig:
     output: str = ""
     """Output directory (local, gs://, s3://): shards, rejected/, stats.json, sampling.json."""
     runner: str = "DirectRunner"
-    """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
+    """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
     progress: bool = True
     """Print a line per input file as it is read (local runs)."""
     read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
