@@ -72,6 +72,47 @@ def remove_temporaries(patterns: Iterable[str]) -> list[str]:
     return leftovers
 
 
+def relative(path: str, base: str) -> str:
+    """``path`` below folder ``base``, as a relative path with ``/``."""
+    prefix = base.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path} is not below {base}")
+    return path[len(prefix):]
+
+
+def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -> None:
+    """Move the ``staged`` files (below ``staging``) to the same places below ``target`` and delete
+    the ``old`` files of ``target`` that the new ones do not replace. Local folders and buckets
+    alike: the old files stay readable until the new ones are all written."""
+    moves = {path: join(target, relative(path, staging)) for path in staged}
+    delete(sorted(set(old) - set(moves.values())))
+    for source, dest in sorted(moves.items()):
+        if is_local(dest):
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        if FileSystems.exists(dest):
+            FileSystems.delete([dest])
+        FileSystems.rename([source], [dest])
+    remove_folder(staging)
+
+
+def remove_folder(folder: str) -> None:
+    """Delete a folder and what is left in it (locally; on a bucket a prefix has no folder to remove)."""
+    if is_local(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        delete(match_optional(join(folder, "**")))
+
+
+def remove_empty_folders(root: str, patterns: Iterable[str]) -> None:
+    """Delete the local folders below ``root`` matching ``patterns`` that are left empty (deepest first)."""
+    if not is_local(root):
+        return
+    for pattern in patterns:
+        for folder in sorted(Path(root).glob(pattern), key=lambda p: -len(p.parts)):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+
+
 def delete(paths: Iterable[str]) -> None:
     existing = [p for p in paths if FileSystems.exists(p)]
     if existing:

@@ -1,10 +1,11 @@
 """Run the corpus pipeline: check inputs and options, run Beam, write stats.json, summarise."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
-from pathlib import Path
+import uuid
 from typing import Any
 
 import apache_beam as beam
@@ -21,8 +22,11 @@ from .perplexity import check_models, read_cutoffs
 LOG = logging.getLogger(__name__)
 
 
+STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
+
+
 def previous_outputs(output: str) -> list[str]:
-    """Files an earlier run wrote to ``output`` (shards, rejected records, stats)."""
+    """Files a run wrote to ``output`` (shards, rejected records, stats); the same below a staging folder."""
     found = [fs.join(output, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(output, name))]
     found += fs.match_optional(fs.join(output, "lang=*", "bucket=*", "part-*"))
     found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
@@ -50,24 +54,25 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     stale = [] if build_only else previous_outputs(cfg.output)
-    if stale:
-        if not overwrite:
-            raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
-        fs.delete(stale)
-        if fs.is_local(cfg.output):  # and the partition folders they leave empty
-            for folder in sorted(Path(cfg.output).glob("lang=*/bucket=*")) + sorted(Path(cfg.output).glob("lang=*")):
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
+    if stale and not overwrite:
+        raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
+    final = cfg.output
+    if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
+        cfg = dataclasses.replace(cfg, output=fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}"))
     start = time.perf_counter()
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones
         raise UserError(str(exc)) from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
-    result = pipeline.run()
     if build_only:  # with --template_location the job and what it needs are staged, not run
+        pipeline.run()
         return {"built_only": template or "(--dry_run: not staged)"}
-    result.wait_until_finish()
+    try:
+        pipeline.run().wait_until_finish()  # the DirectRunner runs (and fails) inside run()
+    except BaseException:
+        fs.remove_folder(cfg.output)  # the failed run's files; the previous corpus is untouched
+        raise
     folders = [cfg.output, fs.join(cfg.output, "lang=*", "bucket=*"), fs.join(cfg.output, REJECTED),
                fs.join(cfg.output, NEAR_DUPLICATES)]
     for path in fs.remove_temporaries(folders):
@@ -75,5 +80,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options}
     sinks.write_json(run, fs.join(cfg.output, RUN_FILE))
-    with fs.open_read(fs.join(cfg.output, "stats.json")) as stream:
+    fs.replace_tree(previous_outputs(cfg.output), cfg.output, stale, final)
+    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES])
+    with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}

@@ -205,6 +205,42 @@ def test_existing_output_needs_overwrite(corpus, inputs, capsys):
     assert "already holds a corpus" in capsys.readouterr().err
 
 
+def all_digests(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name != "run.json"}
+
+
+def test_a_failed_overwrite_leaves_the_previous_corpus_and_a_good_one_replaces_it(sample, tmp_path, monkeypatch):
+    """The run writes beside the old corpus and replaces it only when complete: a worker that dies
+    after writing some shards leaves the old corpus as it was, with nothing of the new one."""
+    import pipeline.sinks as sinks
+
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    common = ["--input", wet, "--output", str(tmp_path / "out"), "--set", "write.shard_size_mb=0.1"]
+    assert run_cli(*common) == 0
+    before = all_digests(tmp_path / "out")
+    assert len([k for k in before if k.startswith("lang=")]) >= 5
+    write_table, written = sinks.write_table, []
+
+    def dies_after_three(table, path, fmt):
+        if len(written) == 3:
+            raise RuntimeError("worker lost")
+        written.append(path)
+        write_table(table, path, fmt)
+
+    monkeypatch.setattr(sinks, "write_table", dies_after_three)
+    with pytest.raises(Exception, match="worker lost"):
+        run_cli(*common, "--overwrite", "--set", "dedup.policy=keep_first")
+    assert len(written) == 3 and all("_staging-" in p for p in written)
+    assert all_digests(tmp_path / "out") == before  # nothing added, nothing removed
+    assert not list((tmp_path / "out").glob("_staging-*"))
+    monkeypatch.undo()
+    assert run_cli(*common, "--overwrite", "--set", "dedup.policy=keep_first") == 0
+    assert run_cli(*common[:3], str(tmp_path / "fresh"), *common[4:], "--set", "dedup.policy=keep_first") == 0
+    after = all_digests(tmp_path / "out")
+    assert after == all_digests(tmp_path / "fresh") != before  # the new corpus, and no file of the old one
+
+
 def test_uncompressed_and_gzip_records_round_trip(tmp_path):
     body = ("Ein vollständiger deutscher Absatz über die Einstellungen der Textverarbeitung, "
             "der lang genug ist, um erkannt zu werden und die Mindestlänge zu erreichen. ") * 4
