@@ -15,7 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindows
 from conftest import gz, warc_record
 
 from pipeline.__main__ import main
@@ -169,6 +173,50 @@ def test_dask_cluster_survives_a_killed_worker_with_the_same_bytes(planted, tmp_
         assert digests == planted["reference"]
     finally:
         cluster.stop()
+
+
+class _EvenOdd(beam.DoFn):
+    """Evens to the main output, odds to ``odd``; how many it saw to ``seen`` from finish_bundle."""
+
+    def start_bundle(self) -> None:
+        self.seen = 0
+
+    def process(self, x: int):
+        self.seen += 1
+        yield x if x % 2 == 0 else beam.pvalue.TaggedOutput("odd", x)
+
+    def finish_bundle(self):
+        yield beam.pvalue.TaggedOutput("seen", GlobalWindows.windowed_value(self.seen))
+
+
+def test_dask_translation_routes_tags_keeps_finish_bundle_outputs_and_side_inputs():
+    """What Beam's own DaskRunner gets wrong, on a small graph: every output gets only its tag's
+    elements, finish_bundle's outputs arrive, side inputs and combines are right, all sinks run."""
+    from pipeline.dask_runner import DaskRunner
+
+    options = PipelineOptions(["--dask_num_workers=1", "--dask_npartitions=3"])
+    with beam.Pipeline(runner=DaskRunner(), options=options) as p:
+        nums = p | beam.Create(range(10))
+        split = nums | beam.ParDo(_EvenOdd()).with_outputs("odd", "seen", main="even")
+        total = nums | "Total" >> beam.CombineGlobally(sum)
+        shifted = split.even | beam.Map(lambda x, t: x + t, beam.pvalue.AsSingleton(total))
+        grouped = (split.odd | beam.Map(lambda x: (x % 3, x)) | beam.GroupByKey()
+                   | beam.MapTuple(lambda k, v: (k, sorted(v))))
+        assert_that(shifted, equal_to([45, 47, 49, 51, 53]), label="even")
+        assert_that(grouped, equal_to([(0, [3, 9]), (1, [1, 7]), (2, [5])]), label="odd")
+        assert_that(split.seen | "Seen" >> beam.CombineGlobally(sum), equal_to([10]), label="seen")
+        assert_that((split.even, split.odd) | beam.Flatten() | "Count" >> beam.combiners.Count.Globally(),
+                    equal_to([10]), label="flatten")
+
+
+def test_the_runner_names_resolve_to_our_runners():
+    from pipeline.dask_runner import DaskRunner
+    from pipeline.engines import make_runner, pipeline_options
+
+    for name in ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"):
+        assert isinstance(make_runner(pipeline_options(name, [])), DaskRunner)
+    assert type(make_runner(pipeline_options("DirectRunner", []))).__name__ == "FnApiRunner"
+    assert make_runner(pipeline_options("PortableRunner", ["--job_endpoint=embed"])) is None
 
 
 def test_local_cluster_listens_on_loopback_only():
