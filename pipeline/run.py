@@ -62,8 +62,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-    except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones
-        raise UserError(str(exc)) from None
+    except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones (not ours)
+        raise UserError(f"{exc} DaskRunner runs on our Dask translation.") from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
     if build_only:  # with --template_location the job and what it needs are staged, not run
         pipeline.run()
