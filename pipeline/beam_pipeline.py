@@ -33,6 +33,9 @@ NEAR_DUPLICATES = "near_duplicates"
 RECORD_SHARDS = 16
 ARTIFACTS = ("stats.json", "sampling.json")
 RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
+NOT_SHARDS = [".", "_", REJECTED, NEAR_DUPLICATES, *ARTIFACTS, RUN_FILE]
+"""Name prefixes of a corpus folder's entries that are not shards: ``ignore_prefixes`` for
+``pyarrow.dataset.dataset(folder, format="ipc", partitioning="hive", ignore_prefixes=NOT_SHARDS)``."""
 CONFIG_SECTIONS = ("read", "dedup", "lid", "near_dedup", "perplexity", "write", "sampling")
 CHUNK_DOCS = 256  # records or documents one step handles in a row (see read_ahead, StepFn)
 T = TypeVar("T")

@@ -63,6 +63,20 @@ def test_shards_per_language_with_the_fixed_schema(corpus):
         assert pa.ipc.open_file(str(path)).schema.equals(SCHEMA)
 
 
+def test_a_corpus_folder_reads_as_one_hive_partitioned_dataset(corpus):
+    """The call README gives: every shard, none of the other files, lang/bucket from the folders."""
+    import pyarrow.dataset as ds
+
+    from pipeline.beam_pipeline import NOT_SHARDS
+
+    stats = json.loads((corpus / "stats.json").read_text())
+    table = ds.dataset(str(corpus), format="ipc", partitioning="hive", ignore_prefixes=NOT_SHARDS).to_table()
+    assert table.num_rows == sum(v["documents"] for v in stats["languages"].values()) > 500
+    assert table.schema.names == SCHEMA.names
+    with pytest.raises(pa.ArrowInvalid):  # without it, stats.json and rejected/ are read as shards
+        ds.dataset(str(corpus), format="ipc", partitioning="hive").to_table()
+
+
 def test_stats_add_up(corpus):
     stats = json.loads((corpus / "stats.json").read_text())
     c = stats["counters"]
