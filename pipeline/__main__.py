@@ -181,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in root.handlers:
         handler.addFilter(_quiet_beam)
-    logging.getLogger("distributed").setLevel(logging.WARNING)  # a LocalCluster's start/stop lines
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs}

@@ -4,15 +4,17 @@ Beam 2.77's ``apache_beam.runners.dask`` runs Create, ParDo, GroupByKey and Flat
 operations, but: every output of a multi-output ParDo gets all of its elements (tags are not
 routed), what a DoFn emits in ``finish_bundle`` is lost (BatchElements, our chunked steps), only
 the last transform's bag is computed (other sinks never run), a side input is computed again
-inside every task that reads it, and metrics are not reported. This runner keeps Beam's options
-and overrides and replaces the translation:
+inside every task that reads it, metrics are not reported, and building its dask.bag graph takes
+minutes on ours. This runner keeps Beam's options and overrides and translates the graph into a
+plain dask task graph, each PCollection a list of partitions:
 
 - a ParDo runs its DoFn once per partition (a bundle) through Beam's own ``DoFnRunner``, with
   ``setup()`` once per worker process (DoFn instances are pooled, as Beam's workers do), and its
   outputs, ``finish_bundle``'s included, are routed by tag;
-- a side input is one dask task that gathers its PCollection, passed to every bundle that reads it;
-- GroupByKey is dask's task shuffle (keys hashed with ``dask.base.tokenize``: the same on every
-  worker), Flatten ``db.concat``, Reshuffle nothing (each Create element is its own partition);
+- a side input is one task that gathers its PCollection, passed to every bundle that reads it;
+- GroupByKey splits each input partition by a hash of the pickled key (the same on every worker,
+  unlike ``hash()`` of a str) and groups each output partition; Flatten and Reshuffle only
+  rename partitions; each Create element is a partition of its own (up to 1024);
 - every PCollection nothing reads is a sink: all of them are computed in one graph.
 
 Only batch pipelines in the global window (ours). Counts travel as data (``counting``), so the
@@ -43,7 +45,6 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from .errors import UserError
 
-LOG = logging.getLogger(__name__)
 MAX_CREATE_PARTITIONS = 1024
 
 
@@ -295,6 +296,7 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
     """``(client, cluster)``: to the scheduler the options name, or to a new LocalCluster."""
     from dask.distributed import Client
 
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # importing it set INFO: cluster start/stop lines
     dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
     beam_dask.DaskOptions._extract_bag_kwargs(dask_options)  # partition options: Create's, not the client's
     where = dask_options.get("address") or dask_options.get("scheduler_file")

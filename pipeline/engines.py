@@ -8,6 +8,8 @@ Spark, Dataflow, Prism).
 from __future__ import annotations
 
 import os
+import socket
+from typing import NoReturn
 
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, _BeamArgumentParser
 from apache_beam.portability.api import beam_provision_api_pb2
@@ -31,11 +33,18 @@ def _all_option_classes(cls: type = PipelineOptions) -> list[type]:
     return found
 
 
+class _FlagParser(_BeamArgumentParser):
+    """Beam's option parser, whose complaints (a value of the wrong type) are one error line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
+
+
 def unknown_beam_flags(flags: list[str]) -> list[str]:
     """Flags no registered Beam PipelineOptions class knows (Beam would only log and drop them)."""
     from . import dask_runner  # noqa: F401  registers Beam's DaskOptions and ours
 
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    parser = _FlagParser(allow_abbrev=False)
     for cls in _all_option_classes():
         cls._add_argparse_args(parser)
     return parser.parse_known_args(flags)[1]
@@ -48,6 +57,59 @@ def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     if unknown:
         raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
     return PipelineOptions(flags)
+
+
+def check_dask(options: PipelineOptions) -> None:
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    from .dask_runner import LocalDaskOptions
+
+    workers = options.view_as(LocalDaskOptions).dask_num_workers
+    if workers is not None and workers < 1:
+        raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
+    scheduler_file = options.view_as(DaskOptions).scheduler_file
+    if scheduler_file and not os.path.isfile(scheduler_file):  # distributed would wait for it to appear
+        raise UserError(f"--dask_scheduler_file {scheduler_file}: no such file (`dask scheduler --scheduler-file` writes it)")
+
+
+def check_buckets(options: PipelineOptions) -> None:
+    """The gs:// buckets of Dataflow's temp, staging and template locations exist (Beam finds out
+    only when it stages, after minutes of retries)."""
+    from apache_beam.io.gcp import gcsio
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    cloud = options.view_as(GoogleCloudOptions)
+    for flag, path in (("--temp_location", cloud.temp_location), ("--staging_location", cloud.staging_location),
+                       ("--template_location", cloud.template_location)):
+        if not path or not path.startswith("gs://"):
+            continue
+        bucket = path[len("gs://"):].split("/", 1)[0]
+        try:
+            found = gcsio.GcsIO(pipeline_options=options).get_bucket(bucket)
+        except Exception as exc:  # noqa: BLE001  credentials, network: the client's own words
+            raise cloud_error(exc, "DataflowRunner") or UserError(f"{flag} {path}: {exc}") from None
+        if found is None:
+            raise UserError(f"{flag} {path}: bucket gs://{bucket} does not exist (or these credentials cannot see it)")
+
+
+def check_reachable(address: str, what: str, timeout: float = 10.0) -> None:
+    """A TCP connection to ``host:port`` opens within ``timeout`` seconds, or one error line."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise UserError(f"{what} {address}: expected HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UserError(f"{what} {address} cannot be reached: {exc}") from None
+
+
+def cloud_error(exc: Exception, runner: str) -> UserError | None:
+    """One line for what a cloud client raised (credentials, network, a missing bucket): the
+    Google clients' errors come from ``google.*`` modules; None for anything else."""
+    if not type(exc).__module__.startswith("google."):
+        return None
+    first = (str(exc).splitlines() or [""])[0]
+    return UserError(f"{runner}: {type(exc).__name__}: {first[:400]}")
 
 
 def make_runner(options: PipelineOptions) -> PipelineRunner | None:
@@ -70,13 +132,20 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
 
 
 def check_engine(options: PipelineOptions) -> None:
-    """One line for what Beam would only find out with a traceback: a portable runner with no
-    job service, or a Flink/Spark job server JAR that would have to be downloaded."""
+    """One line for what Beam would only find out with a traceback or a hang: a bad Dask worker
+    count or scheduler file, a portable runner with no job service or one that does not answer,
+    a Flink/Spark job server JAR that would have to be downloaded."""
     runner = options.get_all_options()["runner"]
+    if runner in DASK_NAMES:
+        check_dask(options)
+    if runner == "DataflowRunner":
+        check_buckets(options)
     endpoint = options.view_as(PortableOptions).job_endpoint
     if runner == "PortableRunner" and not endpoint:
         raise UserError("--runner PortableRunner needs --job_endpoint: the address of a running job service "
                         "(a Flink or Spark job server, host:8099), or 'embed' for Beam's own in this process")
+    if endpoint and endpoint != "embed":
+        check_reachable(endpoint, "--job_endpoint (the job service)")
     if runner not in JAR_RUNNERS or endpoint:
         return
     from apache_beam.runners.portability.flink_runner import FlinkJarJobServer

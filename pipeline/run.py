@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
 from . import fs, sinks
 from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, RUN_FILE, build_pipeline
 from .config import CorpusConfig
-from .engines import check_engine, make_runner, pipeline_options
+from .engines import check_engine, cloud_error, make_runner, pipeline_options
 from .errors import UserError
 from .lid import check_model
 from .perplexity import check_models, read_cutoffs
@@ -62,16 +62,21 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-    except ValueError as exc:  # Beam's message for an unknown --runner lists the valid ones (not ours)
-        raise UserError(f"{exc} DaskRunner runs on our Dask translation.") from None
+    except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
+        ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
+        raise UserError(f"{exc}{ours}") from None
     build_pipeline(pipeline, cfg, files, languages, cutoffs)
-    if build_only:  # with --template_location the job and what it needs are staged, not run
-        pipeline.run()
-        return {"built_only": template or "(--dry_run: not staged)"}
     try:
-        pipeline.run().wait_until_finish()  # the DirectRunner runs (and fails) inside run()
-    except BaseException:
-        fs.remove_folder(cfg.output)  # the failed run's files; the previous corpus is untouched
+        result = pipeline.run()
+        if build_only:  # with --template_location the job and what it needs are staged, not run
+            return {"built_only": template or "(--dry_run: not staged)"}
+        result.wait_until_finish()  # the DirectRunner runs (and fails) inside run() already
+    except BaseException as exc:
+        if not build_only:
+            fs.remove_folder(cfg.output)  # the failed run's files; the previous corpus is untouched
+        error = cloud_error(exc, cfg.runner) if isinstance(exc, Exception) else None
+        if error is not None:
+            raise error from None
         raise
     folders = [cfg.output, fs.join(cfg.output, "lang=*", "bucket=*"), fs.join(cfg.output, REJECTED),
                fs.join(cfg.output, NEAR_DUPLICATES)]

@@ -242,6 +242,11 @@ def test_local_cluster_listens_on_loopback_only():
     (["--runner", "SparkRunner"], "pass --spark_job_server_jar=PATH"),
     (["--runner", "FlinkRunner", "--flink_job_server_jar", "/no/such.jar"], "/no/such.jar"),
     (["--runner", "DaskRunner", "--dask_frobnicate=1"], "unknown option or argument '--dask_frobnicate=1'"),
+    (["--runner", "DaskRunner", "--dask_num_workers=abc"], "--dask_num_workers: invalid int value: 'abc'"),
+    (["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1"),
+    (["--runner", "DaskRunner", "--dask_scheduler_file=/no/such.json"], "/no/such.json: no such file"),
+    (["--runner", "PortableRunner", "--job_endpoint=nohost"], "--job_endpoint (the job service) nohost: expected HOST:PORT"),
+    (["--runner", "PortableRunner", f"--job_endpoint=127.0.0.1:{free_port()}"], "cannot be reached"),
 ])
 def test_engine_mistakes_are_one_line(sample, tmp_path, engine, expected, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no cached job server JAR
@@ -340,6 +345,13 @@ def test_dataflow_job_is_built_offline_with_our_package_and_options(sample, gcs_
     bucket.blob("models/lid.176.bin").upload_from_filename(default_model_path())
     for f in sorted((sample / "wet").glob("*.warc.wet.gz")):
         bucket.blob(f"crawl-data/CC-MAIN-2024-10/segments/s/wet/{f.name}").upload_from_filename(str(f))
+    missing = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
+                              "--output", "gs://polyglot/corpus", "--runner", "DataflowRunner", "--project", "polyglot-test",
+                              "--region", "us-central1", "--temp_location", "gs://polyglot/tmp",
+                              "--staging_location", "gs://no-such-bucket/staging", "--dry_run=true"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "error: --staging_location gs://no-such-bucket/staging: bucket gs://no-such-bucket does not exist" in missing.stderr
     env.update(PROJECT="polyglot-test", BUCKET="polyglot", SCORE="0", MACHINE_TYPE="n2-highmem-4", MAX_WORKERS="7",
                DISK_GB="50", PY=str(PY))
     proc = subprocess.run(["bash", "workflows/dataflow.sh", "--dry-run"], env=env, capture_output=True, text=True,
