@@ -107,10 +107,11 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
+    from . import fs
+    from .engines import store_options
     from .perplexity import compute_cutoffs, write_cutoffs
 
-    if extra:
-        raise UserError(f"unknown option or argument {extra[0]!r}")
+    fs.configure(store_options(extra))
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)
     print(f"cutoffs for {len(cutoffs)} languages written to {args.out}")

@@ -284,6 +284,26 @@ class DaskRunnerResult(PipelineResult):
         raise NotImplementedError("DaskRunner reports no metrics: counts are in stats.json")
 
 
+def store_options_plugin(options: PipelineOptions) -> Any:
+    """A worker plugin: every worker, and any that joins later, opens s3:// and gs:// paths with
+    the run's options (Beam's own SDK workers get them from the provision info). Built here so
+    that distributed is imported only when the DaskRunner runs; the client cloudpickles it."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class StoreOptions(WorkerPlugin):
+        name = "polyglot-store-options"
+
+        def __init__(self, flags: dict[str, Any]) -> None:
+            self.flags = flags
+
+        def setup(self, worker: Any) -> None:
+            from apache_beam.io.filesystems import FileSystems
+
+            FileSystems.set_options(PipelineOptions.from_dictionary(self.flags))
+
+    return StoreOptions(options.get_all_options(drop_default=True))
+
+
 def local_cluster(workers: int | None) -> Any:
     """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard."""
     from dask.distributed import LocalCluster
@@ -322,6 +342,7 @@ class DaskRunner(beam_dask.DaskRunner):
         sinks = translate.sinks()
         client, cluster = connect(options)
         try:
+            client.register_plugin(store_options_plugin(options))
             futures = client.get(translate.graph, sinks, sync=False)
         except BaseException:
             client.close()

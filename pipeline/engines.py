@@ -59,6 +59,21 @@ def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     return PipelineOptions(flags)
 
 
+def store_options(flags: list[str]) -> PipelineOptions:
+    """Options of a command other than ``run``: only the flags of Beam's store clients
+    (``--s3_endpoint_url``, ``--s3_access_key_id``, ...; GCS's ``--project``...); others are an error."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, S3Options
+
+    parser = _FlagParser(allow_abbrev=False)
+    for cls in (S3Options, GoogleCloudOptions):
+        cls._add_argparse_args(parser)
+    unknown = parser.parse_known_args(flags)[1]
+    if unknown:
+        raise UserError(f"unknown option or argument {unknown[0]!r} (besides its own, this command takes only "
+                        "Beam's store options: --s3_endpoint_url, --s3_access_key_id, ...)")
+    return PipelineOptions(flags)
+
+
 def check_dask(options: PipelineOptions) -> None:
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
@@ -73,23 +88,17 @@ def check_dask(options: PipelineOptions) -> None:
 
 
 def check_buckets(options: PipelineOptions) -> None:
-    """The gs:// buckets of Dataflow's temp, staging and template locations exist (Beam finds out
-    only when it stages, after minutes of retries)."""
-    from apache_beam.io.gcp import gcsio
+    """The gs:// buckets of Dataflow's temp, staging and template locations exist and take writes
+    (Beam finds out only when it stages, after minutes of retries)."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    from . import stores
 
     cloud = options.view_as(GoogleCloudOptions)
     for flag, path in (("--temp_location", cloud.temp_location), ("--staging_location", cloud.staging_location),
                        ("--template_location", cloud.template_location)):
-        if not path or not path.startswith("gs://"):
-            continue
-        bucket = path[len("gs://"):].split("/", 1)[0]
-        try:
-            found = gcsio.GcsIO(pipeline_options=options).get_bucket(bucket)
-        except Exception as exc:  # noqa: BLE001  credentials, network: the client's own words
-            raise cloud_error(exc, "DataflowRunner") or UserError(f"{flag} {path}: {exc}") from None
-        if found is None:
-            raise UserError(f"{flag} {path}: bucket gs://{bucket} does not exist (or these credentials cannot see it)")
+        if path:
+            stores.check(path, flag, options, write=True)
 
 
 def check_reachable(address: str, what: str, timeout: float = 10.0) -> None:

@@ -9,8 +9,18 @@ from typing import BinaryIO, Callable, Iterable
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
+from . import stores
 from .errors import UserError
+
+stores.share_s3_clients()
+
+
+def configure(options: PipelineOptions) -> None:
+    """Store clients (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) from these options, in
+    this process; Beam passes them on to its own SDK workers, the DaskRunner to its workers."""
+    FileSystems.set_options(options)
 
 
 def is_local(path: str) -> bool:
@@ -119,18 +129,29 @@ def delete(paths: Iterable[str]) -> None:
         FileSystems.delete(existing)
 
 
+def size(path: str) -> int:
+    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+
+
 def local_copy(path: str, cache_dir: Path) -> Path:
-    """``path`` itself when local, else a copy in ``cache_dir`` (made once per worker)."""
+    """``path`` itself when local, else a copy in ``cache_dir``, made once per worker and checked
+    against the object's size (a copy cut short by a lost connection is made again, then refused)."""
     if is_local(path):
         local = Path(path)
         if not local.is_file():
             raise UserError(f"{path}: no such file")
         return local
+    expected = size(path)
     target = cache_dir / f"{hashlib.sha1(path.encode()).hexdigest()[:12]}-{Path(path).name}"
-    if not target.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".part-{uuid.uuid4().hex}")
-        with open_read(path) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-        partial.rename(target)
+    if target.exists() and target.stat().st_size == expected:
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".part-{uuid.uuid4().hex}")
+    with open_read(path) as src, open(partial, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 22)
+    copied = partial.stat().st_size
+    if copied != expected:
+        partial.unlink()
+        raise UserError(f"{path}: copied {copied} of its {expected} bytes to {cache_dir}")
+    partial.rename(target)
     return target

@@ -9,9 +9,9 @@ import uuid
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
-from . import fs, sinks
+from . import fs, sinks, stores
 from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, RUN_FILE, build_pipeline
 from .config import CorpusConfig
 from .engines import check_engine, cloud_error, make_runner, pipeline_options
@@ -34,14 +34,28 @@ def previous_outputs(output: str) -> list[str]:
     return found
 
 
+def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
+    """Every bucket the run reads or writes answers, exists and takes these credentials (the
+    output's takes a write), before any work: one error line naming the path otherwise."""
+    for pattern in cfg.input:
+        stores.check(pattern, "input", options)
+    stores.check(cfg.output, "output", options, write=True)
+    for what, path in (("lid.model", cfg.lid.model), ("perplexity.models", cfg.perplexity.models),
+                       ("perplexity.cutoffs", cfg.perplexity.cutoffs)):
+        if path:
+            stores.check(path, what, options)
+
+
 def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     """Run the whole pipeline; return the content of ``stats.json`` and ``run.json`` together.
 
     stats.json and sampling.json are written by the graph from counts that travel as data, so
     they are the same bytes on every runner; run.json holds what differs between runs (runner,
     elapsed time, Beam version)."""
-    files = fs.match_inputs(cfg.input)
     options = pipeline_options(cfg.runner, cfg.beam_options)
+    fs.configure(options)
+    check_stores(cfg, options)
+    files = fs.match_inputs(cfg.input)
     check_engine(options)
     check_model(cfg.lid.model)
     languages = check_models(cfg.perplexity.models, cfg.perplexity.languages) if cfg.perplexity.models else []

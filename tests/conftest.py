@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import hashlib
 import importlib.util
+import logging
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -33,6 +38,87 @@ def ccnet_normalizer() -> ModuleType:
     assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not start on 127.0.0.1:{port}"
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def gcs_emulator():
+    """gcp-storage-emulator on 127.0.0.1 with bucket ``polyglot``, stopped at the end; yields
+    (environment for subprocesses, the bucket). Beam's and our clients find it through
+    STORAGE_EMULATOR_HOST, set in this process too while the fixture lives."""
+    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed (make test installs it)")
+    from google.cloud import storage
+
+    port = free_port()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1",
+                             "--port", str(port), "--in-memory", "--default-bucket", "polyglot"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+    try:
+        wait_for_port(port, "gcp-storage-emulator")
+        os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
+        yield env, storage.Client.create_anonymous_client().bucket("polyglot")
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@dataclasses.dataclass
+class S3Server:
+    endpoint: str
+    client: object  # a boto3 S3 client of the server
+
+    @property
+    def flags(self) -> list[str]:
+        """The Beam pipeline options a user passes to reach this server."""
+        return [f"--s3_endpoint_url={self.endpoint}", "--s3_access_key_id=polyglot", "--s3_secret_access_key=polyglot",
+                "--s3_region_name=us-east-1"]
+
+    def require_credentials(self, required: bool) -> None:
+        """Make moto check access keys (none is registered, so every request is refused) or not."""
+        import requests
+
+        requests.post(f"{self.endpoint}/moto-api/reset-auth", data=b"0" if required else b"inf", timeout=10)
+
+
+@pytest.fixture
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (in this process, its own thread) with bucket ``polyglot``, stopped at the end."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed (make test installs it)")
+    import boto3
+    import requests
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    requests.post(f"{endpoint}/moto-api/reset", timeout=10)  # moto's state is per process: start empty
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="polyglot", aws_secret_access_key="polyglot",
+                          region_name="us-east-1")
+    client.create_bucket(Bucket="polyglot")
+    try:
+        yield S3Server(endpoint, client)
+    finally:
+        server.stop()
 
 
 def block_digest(body: bytes) -> str:

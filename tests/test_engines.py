@@ -8,7 +8,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindows
-from conftest import gz, warc_record
+from conftest import free_port, gz, warc_record
 
 from pipeline.__main__ import main
 from pipeline.beam_pipeline import RUN_FILE
@@ -42,12 +41,6 @@ def run(config: list[str], out: Path, *engine: str) -> dict[str, str]:
     digests = output_digests(out)
     assert set(COMPARED) <= set(digests) and any(k.startswith("lang=") for k in digests)
     return digests
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def near_copy(text: str) -> str:
@@ -304,34 +297,6 @@ def test_bundled_sample_is_the_same_on_dask_and_portable(sample, tmp_path):
     assert run(config, tmp_path / "dask", "--runner", "DaskRunner", "--dask_num_workers", "2") == reference
     assert run(config, tmp_path / "portable", "--runner", "PortableRunner", "--job_endpoint", "embed",
                "--environment_type", "LOOPBACK") == reference
-
-
-@pytest.fixture
-def gcs_emulator(tmp_path):
-    """gcp-storage-emulator on 127.0.0.1 with bucket ``polyglot``; yields (env, client)."""
-    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed (make test installs it)")
-    from google.cloud import storage
-
-    port = free_port()
-    proc = subprocess.Popen([str(PY.parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--in-memory", "--default-bucket", "polyglot"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gcp-storage-emulator did not start"
-                time.sleep(0.2)
-        os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
-        yield env, storage.Client.create_anonymous_client().bucket("polyglot")
-    finally:
-        os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def test_dataflow_job_is_built_offline_with_our_package_and_options(sample, gcs_emulator, tmp_path):

@@ -1,0 +1,254 @@
+"""Object stores on real servers started by the tests on 127.0.0.1: moto's S3 server and
+gcp-storage-emulator. A run from a bucket to a bucket (inputs, LID model, LM folder, cutoff.csv
+all in the bucket) writes what a local run of the same files writes; a run that fails leaves the
+previous corpus; a store that refuses is one line before any work; big objects stream."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import free_port, gz, warc_record
+
+from pipeline.__main__ import main
+from pipeline.lid import default_model_path
+from pipeline.perplexity import write_cutoffs
+from pipeline.sinks import read_shard
+
+pytestmark = pytest.mark.timeout(600)
+
+
+class Bucket:
+    """The same few operations on an S3 bucket (boto3) and a GCS bucket (google-cloud-storage)."""
+
+    def __init__(self, scheme: str, handle, flags: list[str]) -> None:
+        self.scheme, self.handle, self.flags = scheme, handle, flags
+
+    def url(self, key: str) -> str:
+        return f"{self.scheme}://polyglot/{key}"
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.scheme == "s3":
+            self.handle.put_object(Bucket="polyglot", Key=key, Body=data)
+        else:
+            self.handle.blob(key).upload_from_string(data)
+
+    def get(self, key: str) -> bytes:
+        if self.scheme == "s3":
+            return self.handle.get_object(Bucket="polyglot", Key=key)["Body"].read()
+        return self.handle.blob(key).download_as_bytes()
+
+    def keys(self, prefix: str) -> list[str]:
+        if self.scheme == "s3":
+            pages = self.handle.get_paginator("list_objects_v2").paginate(Bucket="polyglot", Prefix=prefix)
+            return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+        return sorted(b.name for b in self.handle.list_blobs(prefix=prefix))
+
+    def digests(self, prefix: str) -> dict[str, bytes]:
+        return {k[len(prefix):]: self.get(k) for k in self.keys(prefix) if not k.endswith("run.json")}
+
+
+@pytest.fixture(params=["s3", "gs"])
+def bucket(request) -> Bucket:
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        return Bucket("s3", server.client, server.flags)
+    _, gcs = request.getfixturevalue("gcs_emulator")
+    return Bucket("gs", gcs, [])
+
+
+def fill(bucket: Bucket, files: list[Path], lms: Path, cutoffs: Path) -> None:
+    """The inputs and every model the run needs, in the bucket."""
+    for f in files:
+        bucket.put(f"crawl/{f.name}", f.read_bytes())
+    bucket.put("models/lid.176.ftz", Path(default_model_path()).read_bytes())
+    for f in sorted(lms.iterdir()):
+        bucket.put(f"models/lm/{f.name}", f.read_bytes())
+    bucket.put("models/cutoff.csv", cutoffs.read_bytes())
+
+
+def rows_without_source(read) -> dict[str, list[dict]]:
+    """Every shard's rows, ``source`` (which names the input path) left out."""
+    out = {}
+    for name, data in read:
+        table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        out[name] = table.drop_columns(["source"]).to_pylist()
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_reference(sample, sample_lms, tmp_path_factory):
+    """A local run of two sample files scored and bucketed: (files, lms, cutoffs, output folder)."""
+    root = tmp_path_factory.mktemp("stores-local")
+    files = sorted((sample / "wet").glob("*.warc.wet.gz"))[:2]
+    cutoffs = root / "cutoff.csv"
+    write_cutoffs({lang: [50.0 + 20 * p for p in range(101)] for lang in ("de", "en", "fr", "ru", "zh")}, str(cutoffs))
+    out = root / "corpus"
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--set", "beam_options=[]",
+                 "--input", str(files[0]), "--input", str(files[1]), "--output", str(out),
+                 "--set", f"lid.model={default_model_path()}", "--set", f"perplexity.models={sample_lms}",
+                 "--set", f"perplexity.cutoffs={cutoffs}"]) == 0
+    return files, sample_lms, cutoffs, out
+
+
+def without_model_paths(stats: bytes) -> dict:
+    """stats.json less the config's model paths (which name the bucket or the local folder)."""
+    data = json.loads(stats)
+    for section, key in (("lid", "model"), ("perplexity", "models"), ("perplexity", "cutoffs")):
+        assert data["config"][section].pop(key)
+    return data
+
+
+def store_run(bucket: Bucket, *extra: str) -> int:
+    return main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--set", "beam_options=[]",
+                 "--input", bucket.url("crawl/*.gz"), "--output", bucket.url("corpus"),
+                 "--set", f"lid.model={bucket.url('models/lid.176.ftz')}", "--set", f"perplexity.models={bucket.url('models/lm')}",
+                 "--set", f"perplexity.cutoffs={bucket.url('models/cutoff.csv')}", *bucket.flags, *extra])
+
+
+def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, local_reference):
+    files, lms, cutoffs, local = local_reference
+    fill(bucket, files, lms, cutoffs)
+    assert store_run(bucket) == 0
+    stored = bucket.digests("corpus/")
+    local_files = {str(p.relative_to(local)): p.read_bytes() for p in sorted(local.rglob("*"))
+                   if p.is_file() and p.name != "run.json"}
+    assert sorted(stored) == sorted(local_files)  # the same files, no staging folder or probe left behind
+    assert stored["sampling.json"] == local_files["sampling.json"]
+    assert without_model_paths(stored["stats.json"]) == without_model_paths(local_files["stats.json"])
+    shards = sorted(k for k in stored if k.startswith("lang="))
+    assert any("bucket=head" in k for k in shards) and any("bucket=tail" in k for k in shards)
+    assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
+    # the pipeline reads its own bucket output too: cutoffs computed from the stored corpus
+    assert main(["cutoffs", "--corpus", bucket.url("corpus"), "--out", bucket.url("derived/cutoff.csv"), *bucket.flags]) == 0
+    assert bucket.get("derived/cutoff.csv").startswith(b",ar,de,el,en,")
+
+
+def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_reference, monkeypatch):
+    import pipeline.sinks as sinks
+
+    files, lms, cutoffs, _ = local_reference
+    fill(bucket, files[:1], lms, cutoffs)
+    assert store_run(bucket, "--set", "write.shard_size_mb=0.05") == 0
+    before = bucket.digests("corpus/")
+    write_table, written = sinks.write_table, []
+
+    def dies_after_three(table, path, fmt):
+        if len(written) == 3:
+            raise RuntimeError("worker lost")
+        written.append(path)
+        write_table(table, path, fmt)
+
+    monkeypatch.setattr(sinks, "write_table", dies_after_three)
+    with pytest.raises(Exception, match="worker lost"):
+        store_run(bucket, "--set", "write.shard_size_mb=0.05", "--overwrite", "--set", "dedup.policy=keep_first")
+    assert len(written) == 3 and all("/corpus/_staging-" in p for p in written)
+    assert bucket.digests("corpus/") == before
+    assert not [k for k in bucket.keys("corpus/") if "_staging-" in k or "_probe-" in k]
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_store_that_refuses_is_one_line_before_any_work(s3_server, gcs_emulator, sample, capsys):
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    s3_server.client.put_object(Bucket="polyglot", Key="crawl/a.warc.wet.gz", Body=Path(wet).read_bytes())
+    flags = s3_server.flags
+    cases = [
+        (["--input", "s3://polyglot/crawl/*.gz", "--output", "s3://no-such-bucket/corpus", *flags],
+         "error: output s3://no-such-bucket/corpus: bucket s3://no-such-bucket does not exist"),
+        (["--input", "s3://missing-bucket/crawl/*.gz", "--output", "s3://polyglot/corpus", *flags],
+         "error: input s3://missing-bucket/crawl/*.gz: bucket s3://missing-bucket does not exist"),
+        (["--input", "s3://polyglot/crawl/*.gz", "--output", "s3://polyglot/corpus", "--set", "lid.model=s3://nobucket/lid.bin", *flags],
+         "error: lid.model s3://nobucket/lid.bin: bucket s3://nobucket does not exist"),
+        (["--input", "s3://polyglot/crawl/*.gz", "--output", "s3://polyglot/corpus",
+          f"--s3_endpoint_url=http://127.0.0.1:{free_port()}", *flags[1:]],
+         "error: input s3://polyglot/crawl/*.gz: the S3 endpoint cannot be reached"),
+        (["--input", "gs://polyglot/crawl/*.gz", "--output", "gs://polyglot/corpus"],
+         "error: input 'gs://polyglot/crawl/*.gz' matches no file"),
+        (["--input", wet, "--output", "gs://nope-bucket/corpus"],
+         "error: output gs://nope-bucket/corpus: bucket gs://nope-bucket does not exist"),
+    ]
+    for args, expected in cases:
+        start = time.monotonic()
+        assert main(["run", "--no-progress", "--set", "beam_options=[]", *args]) == 2
+        assert error_line(capsys).startswith(expected)
+        assert time.monotonic() - start < 60
+    s3_server.require_credentials(True)
+    try:
+        assert main(["run", "--no-progress", "--input", "s3://polyglot/crawl/*.gz", "--output", "s3://polyglot/corpus",
+                     *flags]) == 2
+        assert error_line(capsys).startswith("error: input s3://polyglot/crawl/*.gz: access denied (Forbidden: check the credentials")
+    finally:
+        s3_server.require_credentials(False)
+    assert s3_server.client.list_objects_v2(Bucket="polyglot", Prefix="corpus").get("KeyCount") == 0
+
+
+STREAM_CHILD = """
+import sys, tracemalloc
+from apache_beam.options.pipeline_options import PipelineOptions
+from pipeline import fs, stores
+from pipeline.beam_pipeline import read_file
+from pipeline.config import ReadConfig
+options = PipelineOptions(sys.argv[2:])
+fs.configure(options)
+stores.check(sys.argv[1], "input", options)  # as the driver does
+tracemalloc.start()
+kinds = [type(r).__name__ for r in read_file(sys.argv[1], ReadConfig())]
+print(len(kinds), sorted(set(kinds)), tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_a_wet_file_bigger_than_the_read_buffer_streams_from_the_store(bucket):
+    """A ~100 MB object (six read buffers of Beam's store clients) is read with a peak of Python
+    memory far below its size: records stream through, nothing downloads the whole object.
+    Measured in a child process, since the S3 server runs in this one."""
+    rng = random.Random(0)
+    data = io.BytesIO()
+    for i in range(1000):
+        body = "\n".join(base64.b64encode(rng.randbytes(3000)).decode() for _ in range(32)).encode()
+        data.write(gz(warc_record(body, record_id=f"<urn:uuid:{i:032d}>", uri=f"https://example.org/{i}")))
+    size = data.tell()
+    bucket.put("big/big.warc.wet.gz", data.getvalue())
+    del data
+    proc = subprocess.run([sys.executable, "-c", STREAM_CHILD, bucket.url("big/big.warc.wet.gz"), *bucket.flags],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records, peak = int(proc.stdout.split()[0]), int(proc.stdout.split()[-1])
+    assert records == 1000 and "'dict'" in proc.stdout and "Rejected" not in proc.stdout, proc.stdout
+    assert peak < 0.65 * size, (peak, size)
+
+
+def test_models_are_copied_once_per_worker_and_checked(s3_server, tmp_path, monkeypatch):
+    import shutil
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import fs
+    from pipeline.errors import UserError
+
+    model = Path(default_model_path()).read_bytes()
+    s3_server.client.put_object(Bucket="polyglot", Key="models/lid.176.ftz", Body=model)
+    fs.configure(PipelineOptions(s3_server.flags))
+    copy = fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
+    assert copy.read_bytes() == model
+    assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path) == copy  # reused, not copied again
+    copy.write_bytes(model[: len(model) // 2])  # a copy cut short by an earlier worker: made again
+    assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path).read_bytes() == model
+    copy.unlink()
+    copyfileobj = shutil.copyfileobj
+    monkeypatch.setattr(shutil, "copyfileobj", lambda src, dst, n: dst.write(src.read(1000)))
+    with pytest.raises(UserError, match=rf"copied 1000 of its {len(model)} bytes"):
+        fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
+    monkeypatch.setattr(shutil, "copyfileobj", copyfileobj)
+    assert not list(tmp_path.iterdir())  # the short copy was not left for the next worker
