@@ -20,7 +20,6 @@ from conftest import free_port, gz, warc_record
 from pipeline.__main__ import main
 from pipeline.lid import default_model_path
 from pipeline.perplexity import write_cutoffs
-from pipeline.sinks import read_shard
 
 pytestmark = pytest.mark.timeout(600)
 
