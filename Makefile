@@ -21,6 +21,8 @@ test-slow: setup
 bench: setup
 	$(PY) workflows/bench_pipeline.py
 	$(PY) workflows/bench_engines.py
+	$(PY) workflows/bench_scaling.py
+	$(PY) workflows/capacity.py --out docs/capacity.md
 	$(PY) workflows/bench_perplexity.py
 	$(PY) workflows/bench_neardup.py
 	$(PY) workflows/bench_tokenize.py
