@@ -67,6 +67,18 @@ def share_s3_clients() -> None:
     boto3_client.Client = SharedClient
 
 
+def add_arguments(parser: Any) -> None:
+    """Beam's S3 options (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) on a command that is
+    not a Beam pipeline; gs:// takes Google's standard environment."""
+    S3Options._add_argparse_args(parser.add_argument_group("object stores (s3://; gs:// uses Google's environment)"))
+
+
+def options_of(args: Any) -> PipelineOptions:
+    """The store options a command line of :func:`add_arguments` gave."""
+    given = {flag: getattr(args, flag) for flag in S3_FLAGS if getattr(args, flag, None) not in (None, False)}
+    return PipelineOptions.from_dictionary(given)
+
+
 def bucket_and_key(path: str) -> tuple[str, str]:
     bucket, _, key = path.split("://", 1)[1].partition("/")
     return bucket, key

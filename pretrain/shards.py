@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import posixpath
 import shutil
 import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,10 +27,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from pipeline import stores
 from pipeline.errors import UserError
 from pipeline.stats import sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
+from .tokenizer import Tokenizer, language_shards, read_columns, read_from_stores, read_json, write_json
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -45,7 +47,7 @@ def valid_score(doc_id: str) -> float:
     return stable_hash(doc_id) / HASH_SCALE
 
 
-def forced_valid(shards: dict[str, list[Path]], fraction: float) -> dict[str, str]:
+def forced_valid(shards: dict[str, list[str]], fraction: float) -> dict[str, str]:
     """Per language with no document under ``fraction`` (and at least two): its lowest-hash document id."""
     forced = {}
     for lang, paths in shards.items():
@@ -64,7 +66,7 @@ def forced_valid(shards: dict[str, list[Path]], fraction: float) -> dict[str, st
 
 @dataclass
 class ShardJob:
-    source: Path
+    source: str  # a corpus shard: local path, s3:// or gs://
     target: Path
     lang: str
     valid_fraction: float
@@ -74,9 +76,14 @@ class ShardJob:
 _WORKER_TOKENIZER: Tokenizer | None = None
 
 
-def _init_worker(tokenizer_dir: str) -> None:
+def _init_worker(tokenizer_dir: str, store_options: dict[str, Any]) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import fs
+
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = Tokenizer.load(tokenizer_dir)
+    fs.configure(PipelineOptions.from_dictionary(store_options))
 
 
 def _flatten(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +113,7 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
             parts[split][1].append(length)
     tmp = job.target.with_name(f"{job.target.name}.tmp-{uuid.uuid4().hex}")
     tmp.mkdir(parents=True)
-    info: dict[str, Any] = {"source": job.source.name, "fingerprint": tokenizer.fingerprint,
+    info: dict[str, Any] = {"source": posixpath.basename(job.source), "fingerprint": tokenizer.fingerprint,
                             "vocab_size": tokenizer.vocab_size, "valid_fraction": job.valid_fraction,
                             "empty_documents": empty}
     for split, (chunks, lengths) in parts.items():
@@ -139,16 +146,23 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
     return info
 
 
+def target_of(shard: str, corpus: str) -> Path:
+    """``lang=<l>/bucket=<b>/part-N`` for the corpus shard ``lang=<l>/bucket=<b>/part-N.arrow``."""
+    from pipeline import fs
+
+    return Path(posixpath.splitext(fs.relative(shard, corpus))[0])
+
+
 def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Path, *, buckets: Iterable[str] = (),
                     languages: Iterable[str] = (), valid_fraction: float = 0.01, alpha: float | None = None,
-                    workers: int = 1, progress: bool = False) -> dict[str, Any]:
+                    workers: int = 1, progress: bool = False, store_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the token shards (skipping those already written) and ``meta.json``; returns the meta."""
     from tqdm import tqdm
 
     if not 0 <= valid_fraction < 1:
         raise UserError(f"--valid-fraction {valid_fraction}: must be in [0, 1)")
     tokenizer = Tokenizer.load(tokenizer_dir)
-    corpus, out, buckets = Path(corpus), Path(out), sorted(buckets)
+    corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
     shards = language_shards(corpus, buckets, languages)
     if (out / META).is_file():
@@ -156,7 +170,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         if previous.get("tokenizer", {}).get("fingerprint") != tokenizer.fingerprint:
             raise UserError(f"token shards {out}: written with another tokenizer; use a new --out")
     forced = forced_valid(shards, valid_fraction)
-    jobs = [ShardJob(path, out / path.parent.relative_to(corpus) / path.stem, lang, valid_fraction, forced.get(lang))
+    jobs = [ShardJob(path, out / target_of(path, corpus), lang, valid_fraction, forced.get(lang))
             for lang, paths in shards.items() for path in paths]
     infos: dict[Path, dict[str, Any]] = {}
     for job in jobs:
@@ -173,7 +187,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
             infos[job.target] = tokenize_shard(job, tokenizer)
             bar.update()
     else:
-        with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(str(tokenizer_dir),)) as pool:
+        with ProcessPoolExecutor(workers, initializer=_init_worker,
+                                 initargs=(str(tokenizer_dir), store_options or {})) as pool:
             futures = {pool.submit(tokenize_shard, job): job for job in todo}
             for future in as_completed(futures):
                 infos[futures[future].target] = future.result()
@@ -185,7 +200,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
 
 
 def shards_meta(jobs: list[ShardJob], infos: dict[Path, dict[str, Any]], tokenizer: Tokenizer,
-                tokenizer_dir: str | Path, corpus: Path, buckets: list[str], valid_fraction: float,
+                tokenizer_dir: str | Path, corpus: str, buckets: list[str], valid_fraction: float,
                 alpha: float) -> dict[str, Any]:
     languages: dict[str, dict[str, Any]] = {}
     for job in jobs:
@@ -202,7 +217,7 @@ def shards_meta(jobs: list[ShardJob], infos: dict[Path, dict[str, Any]], tokeniz
     weights = sampling_weights({lang: row["train_tokens"] for lang, row in languages.items()}, alpha)
     for lang, row in languages.items():
         row["p"], row["q"] = weights[lang]["p"], weights[lang]["q"]
-    return {"format": FORMAT, "corpus": str(corpus), "buckets": buckets or "all", "valid_fraction": valid_fraction,
+    return {"format": FORMAT, "corpus": corpus, "buckets": buckets or "all", "valid_fraction": valid_fraction,
             "alpha": alpha, "tokenizer": {"dir": str(tokenizer_dir), "fingerprint": tokenizer.fingerprint,
                                           "vocab_size": tokenizer.vocab_size},
             "languages": dict(sorted(languages.items()))}
@@ -315,7 +330,8 @@ class TokenShards:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow)")
+    parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
+                        "local or s3:// gs://")
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer`")
     parser.add_argument("--out", required=True, help="token shard directory (a rerun skips shards already written)")
     parser.add_argument("--buckets", nargs="+", default=[], metavar="BUCKET", help="only these buckets (default: all)")
@@ -328,12 +344,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes tokenizing shards in parallel (default: all cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    stores.add_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     meta = tokenize_corpus(args.corpus, args.tokenizer, args.out, buckets=args.buckets, languages=args.languages,
                            valid_fraction=args.valid_fraction, alpha=args.alpha, workers=args.workers,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, store_options=read_from_stores(args))
     print(f"{'lang':<6} {'train docs':>10} {'train tokens':>13} {'valid docs':>10} {'valid tokens':>12} {'q':>7}")
     for lang, row in meta["languages"].items():
         print(f"{lang:<6} {row['train_documents']:>10} {row['train_tokens']:>13} {row['valid_documents']:>10} "

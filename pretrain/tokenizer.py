@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from pipeline import stores
 from pipeline.errors import UserError
 from pipeline.stats import sampling_weights
 
@@ -37,20 +38,24 @@ WORD_MARK = "\u2581"
 SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
-def language_shards(corpus: str | Path, buckets: Iterable[str] = (), languages: Iterable[str] = ()) -> dict[str, list[Path]]:
-    """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages."""
-    root = Path(corpus)
-    if not root.is_dir():
+def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterable[str] = ()) -> dict[str, list[str]]:
+    """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages.
+    ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
+    from pipeline import fs
+
+    corpus = str(corpus)
+    if fs.is_local(corpus) and not Path(corpus).is_dir():
         raise UserError(f"corpus {corpus}: no such directory")
     buckets, wanted = set(buckets), list(languages)
-    found: dict[str, list[Path]] = {}
-    for lang_dir in sorted(root.glob("lang=*")):
-        lang = lang_dir.name[len("lang="):]
-        if wanted and lang not in wanted:
+    found: dict[str, list[str]] = {}
+    for path in fs.match_optional(fs.join(corpus, "lang=*", "bucket=*", "part-*")):
+        lang_dir, bucket_dir, name = fs.relative(path, corpus).split("/")
+        lang, bucket = lang_dir[len("lang="):], bucket_dir[len("bucket="):]
+        if (wanted and lang not in wanted) or not name.endswith((".arrow", ".parquet")):
             continue
-        paths = [p for b in sorted(lang_dir.glob("bucket=*")) if not buckets or b.name[len("bucket="):] in buckets
-                 for p in sorted(b.glob("part-*")) if p.suffix in (".arrow", ".parquet")]
-        found[lang] = paths
+        paths = found.setdefault(lang, [])
+        if not buckets or bucket in buckets:
+            paths.append(path)
     missing = [lang for lang in wanted if lang not in found]
     if missing:
         raise UserError(f"corpus {corpus}: no lang={missing[0]} directory")
@@ -61,21 +66,21 @@ def language_shards(corpus: str | Path, buckets: Iterable[str] = (), languages: 
                         f"leave it out with --languages)")
     if not found:
         raise UserError(f"corpus {corpus}: no lang=<code> directories (is it a pipeline output?)")
-    return found
+    return {lang: sorted(paths) for lang, paths in sorted(found.items())}
 
 
-def read_columns(path: Path, *names: str) -> list[list[Any]]:
+def read_columns(path: str, *names: str) -> list[list[Any]]:
     """Columns of one corpus shard as lists; a corrupt or foreign file is a UserError naming it."""
     from pipeline.sinks import read_shard
 
     try:
-        table = read_shard(str(path))
+        table = read_shard(path)
         return [table.column(name).to_pylist() for name in names]
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UserError(f"corpus shard {path}: cannot read it ({str(exc).splitlines()[0]})") from None
 
 
-def read_texts(path: Path) -> list[str]:
+def read_texts(path: str) -> list[str]:
     """The ``text`` column of one corpus shard."""
     return read_columns(path, "text")[0]
 
@@ -90,26 +95,42 @@ def language_seed(seed: int, lang: str) -> list[int]:
     return [seed, zlib.crc32(lang.encode("utf-8"))]
 
 
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A JSON file's object; a missing or malformed file is a UserError naming it (``what`` says which file)."""
+def read_json(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON file's object (a local path or s3:// gs://); a missing or malformed file is a UserError
+    naming it (``what`` says which file)."""
+    from pipeline import fs
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        with fs.open_read(str(path)) as stream:
+            data = json.loads(stream.read().decode("utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
         raise UserError(f"{what} {path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{what} {path}: not valid JSON ({exc})") from None
+    except Exception as exc:  # noqa: BLE001  a store's client: the object is missing or cannot be read
+        if not fs.is_local(str(path)) and not fs.exists(str(path)):
+            raise UserError(f"{what} {path}: no such file") from None
+        raise UserError(f"{what} {path}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     if not isinstance(data, dict):
         raise UserError(f"{what} {path}: expected a JSON object")
     return data
 
 
-def corpus_weights(corpus: Path, alpha: float, buckets: Iterable[str], languages: Iterable[str],
+def corpus_file(corpus: str, name: str) -> str | None:
+    """``corpus/name`` when that file exists (local folder or bucket prefix), else None."""
+    from pipeline import fs
+
+    path = fs.join(corpus, name)
+    return path if fs.exists(path) else None
+
+
+def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages: Iterable[str],
                    measured: dict[str, int]) -> tuple[dict[str, float], str]:
     """q_i per language: sampling.json's when its α and buckets match, else recomputed from its per-bucket
     counts, else from ``measured`` (characters read). Returns (q, where it came from)."""
     languages, buckets = sorted(languages), sorted(buckets)
-    path = corpus / "sampling.json"
-    report = read_json(path, "corpus statistics") if path.is_file() else None
+    path = corpus_file(corpus, "sampling.json")
+    report = read_json(path, "corpus statistics") if path else None
     if report is not None:
         recorded = report.get("languages", {})
         same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
@@ -153,7 +174,7 @@ def draw_indices(available: int, target: int, short: str, rng: np.random.Generat
     return np.sort(np.concatenate([np.repeat(np.arange(available), full), extra]))
 
 
-def sample_sentences(shards: dict[str, list[Path]], q: Callable[[dict[str, int]], dict[str, float]], sample_size: int,
+def sample_sentences(shards: dict[str, list[str]], q: Callable[[dict[str, int]], dict[str, float]], sample_size: int,
                      short: str, seed: int, max_bytes: int) -> tuple[list[str], list[LanguageSample]]:
     """Two passes over each language's shards: count sentences (and characters, for ``q``), then draw."""
     counts, characters = {}, {}
@@ -249,11 +270,11 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
-    corpus, out, buckets = Path(corpus), Path(out), sorted(buckets)
+    corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
-        path = corpus / "sampling.json"
-        alpha = float(read_json(path, "corpus statistics").get("alpha", 0.3)) if path.is_file() else 0.3
+        path = corpus_file(corpus, "sampling.json")
+        alpha = float(read_json(path, "corpus statistics").get("alpha", 0.3)) if path else 0.3
     if not 0 < alpha <= 1:
         raise UserError(f"--alpha {alpha}: must be in (0, 1]")
     source: list[str] = []
@@ -275,7 +296,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     meta = {
         "vocab_size": vocab_size, "fingerprint": hashlib.sha256(ours).hexdigest(),
         "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID, "mask": vocab_size - 1},
-        "alpha": alpha, "weights_from": source[0], "corpus": str(corpus), "buckets": buckets or "all",
+        "alpha": alpha, "weights_from": source[0], "corpus": corpus, "buckets": buckets or "all",
         "sample_size": sample_size, "short_languages": short, "character_coverage": character_coverage,
         "byte_fallback": byte_fallback, "seed": seed,
         "languages": {r.lang: {"q": r.q, "sentences": r.available, "target": r.target, "drawn": r.drawn}
@@ -333,7 +354,8 @@ class Tokenizer:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow, sampling.json)")
+    parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow, "
+                        "sampling.json), local or s3:// gs://")
     parser.add_argument("--out", required=True, help="tokenizer directory to write")
     parser.add_argument("--vocab-size", type=int, default=250_002,
                         help="final vocabulary size V incl. <s> <pad> </s> <unk> <mask> (default 250002, XLM-R's)")
@@ -356,9 +378,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sentence sample and of SentencePiece (default 0)")
     parser.add_argument("--threads", type=int, default=1,
                         help="SentencePiece training threads (default 1: byte-identical reruns)")
+    stores.add_arguments(parser)
+
+
+def read_from_stores(args: argparse.Namespace) -> dict[str, Any]:
+    """Open ``--corpus`` (and what else is in a bucket) with the command's store options, after one
+    probe of its bucket; returns the options as a dictionary for worker processes."""
+    from pipeline import fs
+
+    options = stores.options_of(args)
+    fs.configure(options)
+    stores.check(str(args.corpus), "--corpus", options)
+    return options.get_all_options(drop_default=True)
 
 
 def main(args: argparse.Namespace) -> int:
+    read_from_stores(args)
     meta = train_tokenizer(args.corpus, args.out, vocab_size=args.vocab_size, alpha=args.alpha, buckets=args.buckets,
                            languages=args.languages, sample_size=args.sample_size, short=args.short_languages,
                            character_coverage=args.character_coverage, byte_fallback=args.byte_fallback,

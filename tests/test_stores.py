@@ -251,3 +251,29 @@ def test_models_are_copied_once_per_worker_and_checked(s3_server, tmp_path, monk
         fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
     monkeypatch.setattr(shutil, "copyfileobj", copyfileobj)
     assert not list(tmp_path.iterdir())  # the short copy was not left for the next worker
+
+
+def test_tokenizer_and_token_shards_from_a_corpus_in_a_bucket(s3_server, sample_corpus, sample_tokenizer, sample_tokens,
+                                                              tmp_path):
+    """`pretrain tokenizer` and `pretrain tokenize` read a corpus from S3 (Beam's S3 flags; two
+    tokenize worker processes) and write what they write from the same corpus on disk."""
+    from pretrain_fixtures import SAMPLE_VOCAB
+
+    from pretrain.__main__ import main as pretrain
+
+    for f in sorted(p for p in sample_corpus.rglob("*") if p.is_file()):
+        s3_server.client.put_object(Bucket="polyglot", Key=f"corpus/{f.relative_to(sample_corpus)}", Body=f.read_bytes())
+    corpus = "s3://polyglot/corpus"
+    assert pretrain(["tokenizer", "--corpus", corpus, "--out", str(tmp_path / "tok"), "--vocab-size", str(SAMPLE_VOCAB),
+                     "--sample-size", "20000", "--seed", "0", *s3_server.flags]) == 0
+    ours, local = (json.loads((d / "tokenizer_meta.json").read_text()) for d in (tmp_path / "tok", sample_tokenizer))
+    assert ours.pop("corpus") == corpus and local.pop("corpus") == str(sample_corpus)
+    assert ours.pop("weights_from").startswith(f"{corpus}/sampling.json") and local.pop("weights_from")
+    assert ours == local  # the same sample drawn, the same model (fingerprint), the same weights
+    assert pretrain(["tokenize", "--corpus", corpus, "--tokenizer", str(sample_tokenizer), "--out", str(tmp_path / "tokens"),
+                     "--valid-fraction", "0.02", "--workers", "2", "--no-progress", *s3_server.flags]) == 0
+    arrays = sorted(p.relative_to(sample_tokens) for p in sample_tokens.rglob("*.npy"))
+    assert arrays and arrays == sorted(p.relative_to(tmp_path / "tokens") for p in (tmp_path / "tokens").rglob("*.npy"))
+    assert all((tmp_path / "tokens" / a).read_bytes() == (sample_tokens / a).read_bytes() for a in arrays)
+    assert pretrain(["tokenize", "--corpus", "s3://no-such-bucket/corpus", "--tokenizer", str(sample_tokenizer),
+                     "--out", str(tmp_path / "none"), *s3_server.flags]) == 2

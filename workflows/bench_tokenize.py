@@ -71,7 +71,7 @@ def main() -> None:
 
     def ours() -> int:
         with tempfile.TemporaryDirectory() as out:
-            infos = [tokenize_shard(ShardJob(p, Path(out) / lang / p.stem, lang, 0.01, None), tok) for lang, p in paths]
+            infos = [tokenize_shard(ShardJob(p, Path(out) / lang / Path(p).stem, lang, 0.01, None), tok) for lang, p in paths]
         return sum(i["train"]["tokens"] + i["valid"]["tokens"] for i in infos)
 
     assert bare() == ours()
