@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sys
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -69,7 +70,8 @@ def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
             yield from reader.read(stream)
     except Exception as exc:  # noqa: BLE001  vanished, unreadable, or the store's client gave up (S3/GCS
         # errors are not OSErrors): the file goes to rejected/ and the rest of the job goes on
-        yield Rejected(path, 0, "unreadable_file", f"{type(exc).__name__}: {exc}")
+        link = f" (a dangling symlink to {os.readlink(path)})" if fs.is_local(path) and os.path.islink(path) else ""
+        yield Rejected(path, 0, "unreadable_file", f"{type(exc).__name__}: {exc}{link}")
 
 
 class HashFile(beam.DoFn):

@@ -1,7 +1,9 @@
 """File access through Beam's FileSystems, so every path may be local, gs:// or s3://."""
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -32,7 +34,8 @@ def join(base: str, *parts: str) -> str:
 
 
 def match_inputs(patterns: Iterable[str]) -> list[str]:
-    """Sorted, de-duplicated paths matching the globs; a pattern that matches nothing is an error."""
+    """Sorted, de-duplicated paths matching the globs; a pattern that matches nothing is an error.
+    A dangling symlink is kept: the pipeline counts it as a rejected file, with its reason."""
     found: set[str] = set()
     for pattern in patterns:
         try:
@@ -40,6 +43,8 @@ def match_inputs(patterns: Iterable[str]) -> list[str]:
         except Exception as exc:  # Beam wraps every filesystem failure in BeamIOError
             raise UserError(f"cannot list input {pattern!r}: {exc}") from None
         paths = [m.path for m in result.metadata_list]
+        if is_local(pattern):  # Beam leaves out what it cannot stat (a dangling symlink): read_file rejects it
+            paths += [p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p) and not os.path.exists(p)]
         if not paths:
             raise UserError(f"input {pattern!r} matches no file")
         found.update(paths)

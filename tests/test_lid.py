@@ -1,6 +1,8 @@
 """Language ID with lid.176 on real sentences in the sample's languages."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.documents import Drop
@@ -56,3 +58,21 @@ def test_bad_model_path_is_a_user_error(tmp_path):
     bad.write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a fastText model"):
         LanguageIdentifier(str(bad), 0.5, {}, "drop").model
+
+
+def test_broken_models_are_found_before_the_job(tmp_path):
+    """A directory, an empty file, a fastText header with a garbage body, a truncated model: one
+    error line each before any work (fastText itself crashes the process on a truncated file)."""
+    from pipeline.lid import check_model
+
+    model = Path(default_model_path()).read_bytes()
+    (tmp_path / "dir.bin").mkdir()
+    (tmp_path / "empty.bin").write_bytes(b"")
+    (tmp_path / "garbage.bin").write_bytes(model[:16] + b"x" * 5000)
+    (tmp_path / "truncated.ftz").write_bytes(model[: len(model) // 2])
+    for name, message in [("dir.bin", "is a directory"), ("empty.bin", r"not a fastText model \(bad header\)"),
+                          ("garbage.bin", "fastText cannot load it, the file is truncated or corrupt"),
+                          ("truncated.ftz", "fastText cannot load it, the file is truncated or corrupt")]:
+        with pytest.raises(UserError, match=message):
+            check_model(str(tmp_path / name))
+    assert check_model(None) == default_model_path()

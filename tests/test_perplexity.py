@@ -121,8 +121,12 @@ def test_cutoff_round_trip_and_bad_files(tmp_path):
         read_cutoffs(str(tmp_path / "short.csv"))
     lines[10] = lines[10].replace(",", ",x", 1)
     (tmp_path / "bad.csv").write_text("\n".join(lines))
-    with pytest.raises(UserError, match="line 11"):
+    with pytest.raises(UserError, match="line 11: 'x.*' for de is not a number"):
         read_cutoffs(str(tmp_path / "bad.csv"))
+    header, *rows = (tmp_path / "cutoff.csv").read_text().splitlines()
+    (tmp_path / "no-column.csv").write_text("\n".join([header.rsplit(",", 1)[0], *rows]))  # "fr" left out
+    with pytest.raises(UserError, match="line 2: expected percentile 0 and 1 values"):
+        read_cutoffs(str(tmp_path / "no-column.csv"))
 
 
 def test_scorer_fallbacks(sample_lms, tmp_path):
@@ -131,9 +135,12 @@ def test_scorer_fallbacks(sample_lms, tmp_path):
     for name in ("de.sp.model", "de.arpa.bin", "fr.sp.model"):
         shutil.copy(sample_lms / name, models / name)
     shutil.copy(sample_lms / "en.sp.model", models / "en.sp.model")
-    (models / "en.arpa.bin").write_bytes((sample_lms / "en.arpa.bin").read_bytes()[:4096])  # truncated
+    shutil.copy(sample_lms / "en.arpa.bin", models / "en.arpa.bin")
     languages = check_models(str(models), None)
     assert languages == ["de", "en"]  # fr has no .arpa.bin
+    # truncated after the check (or a model in a bucket, checked where a worker copies it): that
+    # language's documents get bucket 'all', counted
+    (models / "en.arpa.bin").write_bytes((sample_lms / "en.arpa.bin").read_bytes()[:4096])
     scorer = PerplexityScorer(str(models), languages, "document", {"fr": [1.0] * 101}, 30, 60, [], None)
     de = scorer({"lang": "de", "text": held_out_docs("de")[0]})
     assert de["perplexity"] > 0 and de["bucket"] == "all" and scorer.events == ["no_cutoff"]
@@ -152,9 +159,18 @@ def test_bad_model_files_are_clear_errors(sample_lms, tmp_path):
         check_models(str(tmp_path), None)
     with pytest.raises(UserError, match="no xx.sp.model"):
         check_models(str(sample_lms), ["fr", "xx"])
-    (tmp_path / "de.arpa.bin").write_bytes((sample_lms / "de.arpa.bin").read_bytes())
+    lm = (sample_lms / "de.arpa.bin").read_bytes()
+    (tmp_path / "de.arpa.bin").write_bytes(lm[: len(lm) // 2])
+    with pytest.raises(UserError, match=rf"de.arpa.bin: KenLM cannot load it, the file is truncated or corrupt \(Binary "
+                                        rf"file has size {len(lm) // 2} but"):
+        check_models(str(tmp_path), None)
+    (tmp_path / "de.arpa.bin").write_bytes(lm)
     (tmp_path / "de.sp.model").write_bytes(b"not a protobuf")
     with pytest.raises(UserError, match="not a SentencePiece model"):
+        check_models(str(tmp_path), None)
+    sp = (sample_lms / "de.sp.model").read_bytes()
+    (tmp_path / "de.sp.model").write_bytes(sp[: len(sp) // 3])  # truncated
+    with pytest.raises(UserError, match="de.sp.model: not a SentencePiece model"):
         check_models(str(tmp_path), None)
 
 

@@ -24,7 +24,8 @@ def run_cli(*args: str) -> int:
 
 @pytest.fixture(scope="module")
 def inputs(sample, tmp_path_factory) -> Path:
-    """Two real WET files of the sample, plus a file of every kind of bad record and a garbage file."""
+    """Two real WET files of the sample, plus a file of every kind of bad record, a garbage file and
+    a dangling symlink."""
     root = tmp_path_factory.mktemp("inputs")
     for path in sorted((sample / "wet").glob("*.warc.wet.gz"))[:2]:
         shutil.copy(path, root / path.name)
@@ -32,6 +33,7 @@ def inputs(sample, tmp_path_factory) -> Path:
     cases = sorted(BAD_CASES, key=lambda reason: reason == "truncated")
     (root / "bad.warc.wet.gz").write_bytes(b"".join(BAD_CASES[reason]() for reason in cases))
     (root / "garbage.warc.wet.gz").write_bytes(hashlib.sha256(b"x").digest() * 64)
+    (root / "dangling.warc.wet.gz").symlink_to(root / "moved-away.warc.wet.gz")  # the glob matches a broken link
     return root
 
 
@@ -80,7 +82,7 @@ def test_a_corpus_folder_reads_as_one_hive_partitioned_dataset(corpus):
 def test_stats_add_up(corpus):
     stats = json.loads((corpus / "stats.json").read_text())
     c = stats["counters"]
-    assert c["read"]["files"] == 4
+    assert c["read"]["files"] == 5  # the dangling link counts: it is in rejected/
     assert c["read"]["documents"] == c["dedup"]["documents_in"]
     dropped = sum(v for k, v in c["dedup"].items() if k in ("too_short", "all_paragraphs_duplicated"))
     assert c["dedup"]["documents_out"] + dropped == c["dedup"]["documents_in"]
@@ -120,7 +122,10 @@ def test_bad_input_is_rejected_with_reasons(corpus):
     rejected = [json.loads(line) for p in sorted(corpus.glob("rejected/part-*.jsonl")) for line in p.open()]
     reasons = {r["reason"] for r in rejected}
     assert set(BAD_CASES) <= reasons, reasons
-    assert all(r["source"].endswith(("bad.warc.wet.gz", "garbage.warc.wet.gz")) for r in rejected)
+    assert all(r["source"].endswith(("bad.warc.wet.gz", "garbage.warc.wet.gz", "dangling.warc.wet.gz")) for r in rejected)
+    [dangling] = [r for r in rejected if r["source"].endswith("dangling.warc.wet.gz")]
+    assert (dangling["reason"], dangling["offset"]) == ("unreadable_file", 0)
+    assert dangling["detail"].startswith("FileNotFoundError") and "moved-away.warc.wet.gz" in dangling["detail"]
     counters = json.loads((corpus / "stats.json").read_text())["counters"]["read"]
     assert sum(v for k, v in counters.items() if k.startswith("rejected_")) == len(rejected)
 
