@@ -187,7 +187,13 @@ class RecordReader:
                         yield pending[2]
                     pos = start + record.stream_pos
                     declared = record.content_length
-                    pending = (pos, declared, self._convert(record, member, where(pos), data[pos:pos + RAW_PREVIEW]))
+                    raw = data[pos:pos + RAW_PREVIEW]
+                    if data.find(b"\r\n\r\n", pos) < 0 and data.find(b"\n\n", pos) < 0:  # no end of header
+                        where_cut = "gzip member" if member.compressed and member.error != "truncated" else "file"
+                        result = self._reject(where(pos), "truncated", f"the {where_cut} ends inside this record's header", raw)
+                    else:
+                        result = self._convert(record, member, where(pos), raw)
+                    pending = (pos, declared, result)
                     if member.error == "truncated":
                         break
             except OSError as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,27 @@ def memory_gb() -> dict[str, float]:
     return {"rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
+def keep_until(path: Path, step: int) -> None:
+    """Drop the records of steps after ``step`` from a metrics.jsonl, and a line cut short: a run
+    resumed from the checkpoint of ``step`` replays the later steps and writes them again."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a writer that was killed
+            continue
+        if record.get("step", 0) <= step:
+            kept.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class MetricsLogger:
-    """Writes records to ``<run>/metrics.jsonl`` (appending across resumes) and TensorBoard ``<run>/tensorboard``,
+    """Writes records to ``<run>/metrics.jsonl`` (appending across resumes, after dropping the records of
+    the steps a resume replays) and TensorBoard ``<run>/tensorboard``,
     and drives a tqdm bar; on ranks other than 0 every method does nothing."""
 
     def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool, total: int, initial: int) -> None:
@@ -47,6 +67,7 @@ class MetricsLogger:
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
+        keep_until(run_dir / "metrics.jsonl", initial)
         self.file = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -83,8 +104,8 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, Any]]:
-    """The records of a metrics.jsonl by step; a step logged again after a resume keeps its last record,
-    merged with the step's other records (training and validation lines)."""
+    """The records of a metrics.jsonl by step, merged with the step's other records (training and
+    validation lines)."""
     records: dict[int, dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)

@@ -2,6 +2,7 @@
 sample's tokens, config errors, exact resume after SIGKILL (also during a save), export of ZeRO-3 weights."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -272,6 +273,9 @@ def test_exact_resume_after_sigkill(tmp_path: Path, sample_tokenizer: Path, samp
     a = read_metrics(tmp_path / "a" / "run" / "metrics.jsonl")
     b = read_metrics(tmp_path / "b" / "run" / "metrics.jsonl")
     assert sorted(a) == sorted(b) == list(range(1, 7))
+    lines = {run: [(r["step"], "loss" in r) for r in map(json.loads, (tmp_path / run / "run" / "metrics.jsonl").open())]
+             for run in "ab"}
+    assert lines["b"] == lines["a"]  # steps 3 and 4, logged before the kill and replayed, are written once
     for step in range(1, 7):
         assert b[step]["loss"] == a[step]["loss"], (step, a[step]["loss"], b[step]["loss"])
         assert b[step]["grad_norm"] == a[step]["grad_norm"] and b[step]["lr"] == a[step]["lr"]

@@ -139,3 +139,17 @@ def test_a_file_the_store_cannot_serve_is_rejected_not_fatal(monkeypatch):
     assert isinstance(record, Rejected)
     assert (record.source, record.reason, record.detail) == (
         "s3://bucket/CC-MAIN-x.warc.wet.gz", "unreadable_file", "S3ClientError: 503 SlowDown")
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_file_that_ends_inside_a_record_header_is_a_truncated_record(compressed):
+    """Not a record with missing headers: the cut is named, with the record's offset."""
+    first = warc_record(b"first doc text")
+    cut = warc_record(b"second doc text", record_id="<urn:uuid:2>")[:70]  # inside WARC-Record-ID
+    data = gz(first) + gz(cut) if compressed else first + cut
+    results = read(data, name="x.warc.wet.gz" if compressed else "x.warc.wet")
+    assert [d["text"] for d in docs_of(results)] == ["first doc text"]
+    [bad] = [r for r in results if isinstance(r, Rejected)]
+    where = "gzip member" if compressed else "file"
+    assert (bad.reason, bad.offset, bad.detail) == ("truncated", len(gz(first) if compressed else first),
+                                                    f"the {where} ends inside this record's header")

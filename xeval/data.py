@@ -135,6 +135,9 @@ def read_xnli_tsv(path: Path, languages: tuple[str, ...], skip_malformed: bool =
     sets = {lang: NLISet(lang) for lang in languages}
     for lineno, row in _tsv_rows(path, XNLI_COLUMNS, log, skip_malformed):
         lang = row["language"]
+        if not lang.strip():  # a row of no language would otherwise be left out like another language's
+            log.bad(f"{path}:{lineno}", "empty language", skip_malformed)
+            continue
         if lang not in sets:
             continue
         try:
