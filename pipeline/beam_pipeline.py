@@ -23,7 +23,7 @@ from apache_beam.transforms.window import GlobalWindows
 from . import dedup, fs, neardup, sinks, stats
 from .counting import MAIN, Counted, Counts, CountingDoFn, total_counts
 from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig
-from .documents import Document, Drop, Rejected
+from .documents import Document, Drop, Note, Rejected
 from .lid import LanguageIdentifier
 from .neardup import NearDedup
 from .perplexity import PerplexityScorer
@@ -109,7 +109,7 @@ class ReadFiles(CountingDoFn):
                 read[f"rejected_{result.reason}"] += 1
                 yield beam.pvalue.TaggedOutput(REJECTED, result)
                 continue
-            if isinstance(result, Drop):
+            if isinstance(result, (Drop, Note)):  # a note: counted, its record is kept
                 read[result.reason] += 1
                 continue
             lines = removed.get(read["documents"], ())

@@ -1,4 +1,4 @@
-"""The types every step shares: a corpus document, a drop reason and a rejected record."""
+"""The types every step shares: a corpus document, a drop reason, a note and a rejected record."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +11,14 @@ Document = dict[str, Any]
 @dataclasses.dataclass(frozen=True)
 class Drop:
     """A step's verdict that a document leaves the corpus, and why (a counter name)."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """Something that happened to a record that is kept (counted under its reason), e.g. an HTTP
+    body whose chunked encoding is broken, extracted as it is."""
 
     reason: str
 

@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterator, Union
 
 from fastwarc.warc import ArchiveIterator, WarcRecord
 
-from .documents import Document, Drop, Rejected
+from .documents import Document, Drop, Note, Rejected
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 CHUNK = 1 << 22
@@ -31,7 +31,7 @@ REQUIRED_HEADERS = ("WARC-Record-ID", "WARC-Target-URI", "WARC-Date")
 SKIPPED_TYPES = {"warcinfo", "request", "metadata", "revisit", "resource"}
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
-ReadResult = Union[Document, Drop, Rejected]
+ReadResult = Union[Document, Drop, Note, Rejected]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,13 +153,17 @@ class RecordReader:
     source: str
     fmt: str  # "wet" or "warc"
     verify_digests: bool = True
+    notes: list[Note] = dataclasses.field(default_factory=list, repr=False)  # of records being converted
 
     def read(self, stream: BinaryIO) -> Iterator[ReadResult]:
         for member in iter_members(stream, self.source):
             if member.error in ("garbage", "corrupt_gzip"):
                 yield self._reject(member.offset, member.error, member.detail, b"")
                 continue
-            yield from self._records(member)
+            for result in self._records(member):
+                yield from self.notes
+                self.notes.clear()
+                yield result
 
     def _reject(self, offset: int, reason: str, detail: str, raw: bytes, record_id: str = "") -> Rejected:
         preview = raw[:RAW_PREVIEW].decode("utf-8", errors="replace")
@@ -255,7 +259,8 @@ class RecordReader:
             converted = _html_text(block)
             if isinstance(converted, Drop):
                 return converted
-            text, digest = converted, headers.get("warc-payload-digest", "")
+            (text, notes), digest = converted, headers.get("warc-payload-digest", "")
+            self.notes.extend(notes)
         lines = [line.strip() for line in text.split("\n")]
         paragraphs = [line for line in lines if line]
         if not paragraphs:
@@ -280,8 +285,11 @@ def _next(data: bytes, pos: int) -> int:
     return found if found >= 0 else len(data)
 
 
-def _html_text(block: bytes) -> str | Drop:
-    """Text of an HTTP response block holding HTML, as resiliparse extracts it (one line per block)."""
+def _html_text(block: bytes) -> tuple[str, list[Note]] | Drop:
+    """Text of an HTTP response block holding HTML, as resiliparse extracts it (one line per block),
+    and notes. The body is de-chunked (``Transfer-Encoding: chunked``) and decompressed
+    (``Content-Encoding`` gzip, deflate, and br when brotli is installed) first, by warcio's readers
+    as warcio's own ArchiveIterator does; a body whose chunking is broken is taken as it is, noted."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
@@ -292,13 +300,31 @@ def _html_text(block: bytes) -> str | Drop:
     parts = status_line.split()
     if len(parts) < 2 or parts[1] != "200":
         return Drop("skipped_http_status")
-    content_type = ""
+    headers: dict[str, str] = {}
     for line in header_lines:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-type":
-            content_type = value.strip().lower()
+        headers[name.strip().lower()] = value.strip().lower()
+    content_type = headers.get("content-type", "")
     if not content_type.startswith(HTML_TYPES):
         return Drop("skipped_non_html")
+    body, notes = _http_body(body, headers)
     charset = content_type.partition("charset=")[2].split(";")[0].strip() or None
     html = bytes_to_str(body, charset or detect_encoding(body))
-    return extract_plain_text(html, main_content=False, alt_texts=False, preserve_formatting=True)
+    return extract_plain_text(html, main_content=False, alt_texts=False, preserve_formatting=True), notes
+
+
+def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]:
+    """The payload of an HTTP body: de-chunked and decompressed where the headers say so."""
+    from warcio.bufferedreaders import BufferedReader, ChunkedDataReader, DecompressingBufferedReader
+
+    chunked = "chunked" in headers.get("transfer-encoding", "")
+    encoding = headers.get("content-encoding", "").split(",")[-1].strip()
+    decomp = encoding if encoding in BufferedReader.DECOMPRESSORS else None
+    notes = [Note(f"http_content_encoding_kept_{encoding}")] if encoding not in ("", "identity") and not decomp else []
+    if not chunked and not decomp:
+        return body, notes
+    reader = (ChunkedDataReader if chunked else DecompressingBufferedReader)(io.BytesIO(body), decomp_type=decomp)
+    payload = reader.read()
+    if chunked and reader.not_chunked:
+        notes.append(Note("http_chunking_broken"))
+    return payload, notes

@@ -121,6 +121,23 @@ def s3_server():
         server.stop()
 
 
+def shard_writes_die_after(monkeypatch, n: int) -> list[str]:
+    """Make the shard sink raise "worker lost" after ``n`` shards (in this process's workers);
+    returns the list of the paths written before that."""
+    import pipeline.sinks as sinks
+
+    write_table, written = sinks.write_table, []
+
+    def dies(table, path, fmt):
+        if len(written) == n:
+            raise RuntimeError("worker lost")
+        written.append(path)
+        write_table(table, path, fmt)
+
+    monkeypatch.setattr(sinks, "write_table", dies)
+    return written
+
+
 def block_digest(body: bytes) -> str:
     return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode()
 

@@ -10,7 +10,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import gz, warc_record
+from conftest import gz, shard_writes_die_after, warc_record
 from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
@@ -232,22 +232,12 @@ def all_digests(out: Path) -> dict[str, str]:
 def test_a_failed_overwrite_leaves_the_previous_corpus_and_a_good_one_replaces_it(sample, tmp_path, monkeypatch):
     """The run writes beside the old corpus and replaces it only when complete: a worker that dies
     after writing some shards leaves the old corpus as it was, with nothing of the new one."""
-    import pipeline.sinks as sinks
-
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     common = ["--input", wet, "--output", str(tmp_path / "out"), "--set", "write.shard_size_mb=0.1"]
     assert run_cli(*common) == 0
     before = all_digests(tmp_path / "out")
     assert len([k for k in before if k.startswith("lang=")]) >= 5
-    write_table, written = sinks.write_table, []
-
-    def dies_after_three(table, path, fmt):
-        if len(written) == 3:
-            raise RuntimeError("worker lost")
-        written.append(path)
-        write_table(table, path, fmt)
-
-    monkeypatch.setattr(sinks, "write_table", dies_after_three)
+    written = shard_writes_die_after(monkeypatch, 3)
     with pytest.raises(Exception, match="worker lost"):
         run_cli(*common, "--overwrite", "--set", "dedup.policy=keep_first")
     assert len(written) == 3 and all("_staging-" in p for p in written)

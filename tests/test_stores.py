@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import free_port, gz, warc_record
+from conftest import free_port, gz, shard_writes_die_after, warc_record
 
 from pipeline.__main__ import main
 from pipeline.lid import default_model_path
@@ -131,21 +131,11 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
 
 
 def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_reference, monkeypatch):
-    import pipeline.sinks as sinks
-
     files, lms, cutoffs, _ = local_reference
     fill(bucket, files[:1], lms, cutoffs)
     assert store_run(bucket, "--set", "write.shard_size_mb=0.05") == 0
     before = bucket.digests("corpus/")
-    write_table, written = sinks.write_table, []
-
-    def dies_after_three(table, path, fmt):
-        if len(written) == 3:
-            raise RuntimeError("worker lost")
-        written.append(path)
-        write_table(table, path, fmt)
-
-    monkeypatch.setattr(sinks, "write_table", dies_after_three)
+    written = shard_writes_die_after(monkeypatch, 3)
     with pytest.raises(Exception, match="worker lost"):
         store_run(bucket, "--set", "write.shard_size_mb=0.05", "--overwrite", "--set", "dedup.policy=keep_first")
     assert len(written) == 3 and all("/corpus/_staging-" in p for p in written)

@@ -8,7 +8,7 @@ import pytest
 from conftest import gz, warc_record
 from warcio.archiveiterator import ArchiveIterator as WarcioIterator
 
-from pipeline.documents import Drop, Rejected
+from pipeline.documents import Drop, Note, Rejected
 from pipeline.warc import RecordReader, iter_gzip_members
 
 
@@ -153,3 +153,70 @@ def test_a_file_that_ends_inside_a_record_header_is_a_truncated_record(compresse
     where = "gzip member" if compressed else "file"
     assert (bad.reason, bad.offset, bad.detail) == ("truncated", len(gz(first) if compressed else first),
                                                     f"the {where} ends inside this record's header")
+
+
+def http_pages(sample, limit: int = 40) -> list[tuple[str, bytes, bytes]]:
+    """(URL, HTTP status line + headers, HTML body) of the sample WARC's HTML responses."""
+    pages = []
+    for path in sorted((sample / "warc").glob("*.warc.gz")):
+        with open(path, "rb") as f:
+            for r in WarcioIterator(f):
+                if r.rec_type == "response" and "html" in (r.http_headers.get_header("Content-Type") or ""):
+                    head = r.http_headers.to_bytes().split(b"\r\n\r\n")[0]
+                    pages.append((r.rec_headers.get_header("WARC-Target-URI"), head, r.content_stream().read()))
+    return pages[:limit]
+
+
+def chunked(body: bytes, rng) -> bytes:
+    out, pos = b"", 0
+    while pos < len(body):
+        n = min(rng.randint(1, 700), len(body) - pos)
+        out += f"{n:x}\r\n".encode() + body[pos:pos + n] + b"\r\n"
+        pos += n
+    return out + b"0\r\n\r\n"
+
+
+def http_headers(head: bytes, **replace: str) -> bytes:
+    drop = {b"content-length", b"transfer-encoding", b"content-encoding"}
+    lines = [line for line in head.split(b"\r\n") if line.split(b":")[0].strip().lower() not in drop]
+    return b"\r\n".join(lines + [f"{k.replace('_', '-')}: {v}".encode() for k, v in replace.items()]) + b"\r\n\r\n"
+
+
+def test_chunked_and_compressed_http_bodies_give_the_same_text(sample):
+    """The sample's HTML pages served plain, chunked (random chunk sizes), gzip and chunked gzip:
+    the same document text, URL by URL; broken chunking is extracted as it is and counted."""
+    import random
+
+    rng = random.Random(7)
+    pages = http_pages(sample)
+    assert len(pages) >= 20
+
+    def warc(kind: str) -> bytes:
+        records = []
+        for i, (url, head, body) in enumerate(pages):
+            if kind == "plain":
+                block = http_headers(head, Content_Length=str(len(body))) + body
+            elif kind == "chunked":
+                block = http_headers(head, Transfer_Encoding="chunked") + chunked(body, rng)
+            elif kind == "gzip":
+                packed = gzip.compress(body, mtime=0)
+                block = http_headers(head, Content_Encoding="gzip", Content_Length=str(len(packed))) + packed
+            else:  # chunked gzip
+                block = (http_headers(head, Transfer_Encoding="chunked", Content_Encoding="gzip")
+                         + chunked(gzip.compress(body, mtime=0), rng))
+            records.append(gz(warc_record(block, rtype="response", uri=url, content_type="application/http; msgtype=response",
+                                          record_id=f"<urn:uuid:{i:08d}-0000-0000-0000-000000000000>")))
+        return b"".join(records)
+
+    texts = {kind: {d["url"]: d["text"] for d in docs_of(read(warc(kind), "warc", "x.warc.gz"))}
+             for kind in ("plain", "chunked", "gzip", "chunked+gzip")}
+    assert len(texts["plain"]) == len(pages)
+    assert texts["chunked"] == texts["plain"] and texts["gzip"] == texts["plain"] and texts["chunked+gzip"] == texts["plain"]
+    assert not any(text[:4].strip("0123456789abcdef") == "" for text in texts["chunked"].values())  # no chunk sizes
+    url, head, body = pages[0]
+    broken = http_headers(head, Transfer_Encoding="chunked") + b"zz-not-a-size\r\n" + body  # declared, not done
+    results = read(gz(warc_record(broken, rtype="response", uri=url, content_type="application/http; msgtype=response")),
+                   "warc", "x.warc.gz")
+    [doc] = docs_of(results)
+    assert doc["text"].startswith("zz-not-a-size") and doc["text"].endswith(texts["plain"][url].split("\n")[-1])
+    assert [r.reason for r in results if isinstance(r, Note)] == ["http_chunking_broken"]
