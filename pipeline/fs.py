@@ -13,7 +13,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from . import stores
+from . import faults, stores
 from .errors import UserError
 
 stores.share_s3_clients()
@@ -101,7 +101,8 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
     alike: the old files stay readable until the new ones are all written."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
     delete(sorted(set(old) - set(moves.values())))
-    for source, dest in sorted(moves.items()):
+    for n, (source, dest) in enumerate(sorted(moves.items())):
+        faults.fault_point("POLYGLOT_FAULT", "replace", n)
         if is_local(dest):
             Path(dest).parent.mkdir(parents=True, exist_ok=True)
         if FileSystems.exists(dest):

@@ -11,7 +11,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
-from . import fs, sinks, stores
+from . import faults, fs, sinks, stores
 from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, RUN_FILE, build_pipeline
 from .config import CorpusConfig
 from .engines import check_engine, cloud_error, make_runner, pipeline_options
@@ -23,6 +23,7 @@ LOG = logging.getLogger(__name__)
 
 
 STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
+COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see commit)
 
 
 def previous_outputs(output: str) -> list[str]:
@@ -32,6 +33,43 @@ def previous_outputs(output: str) -> list[str]:
     found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
     found += fs.match_optional(fs.join(output, NEAR_DUPLICATES, "part-*"))
     return found
+
+
+def commit(staging: str, final: str, stale: list[str]) -> None:
+    """Replace the corpus in ``final`` by the complete one in ``staging``: first a marker in the
+    staging folder lists every move and deletion, then they are done, then the staging folder goes.
+    A process killed during the moves leaves the marker, and :func:`recover` finishes the job."""
+    plan = {"moves": [fs.relative(p, staging) for p in previous_outputs(staging)],
+            "delete": [fs.relative(p, final) for p in stale]}
+    faults.fault_point("POLYGLOT_FAULT", "commit", 0)
+    sinks.write_json(plan, fs.join(staging, COMMIT))
+    _apply(staging, final, plan)
+
+
+def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
+    moves = [fs.join(staging, rel) for rel in plan["moves"]]
+    replaced = set(plan["moves"])  # old files a new one replaces stay until then (and are not deleted after)
+    fs.replace_tree([p for p in moves if fs.exists(p)], staging,
+                    [fs.join(final, rel) for rel in plan["delete"] if rel not in replaced], final)
+    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES])
+
+
+def recover(final: str) -> list[str]:
+    """What an earlier run left in ``final``: a staging folder with a commit marker (killed while
+    replacing: its moves are finished, so the new corpus is complete) or without one (killed or
+    failed before: deleted, the corpus there is the previous one). Returns the folders handled."""
+    handled = []
+    for folder in sorted({p.rstrip("/").rsplit("/", 1)[0] for p in fs.match_optional(fs.join(final, f"{STAGING}*", "*"))}):
+        marker = fs.join(folder, COMMIT)
+        if fs.exists(marker):
+            with fs.open_read(marker) as stream:
+                _apply(folder, final, json.load(stream))
+            LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
+        else:
+            fs.remove_folder(folder)
+            LOG.warning("%s: removed %s, left by a run that did not finish", final, folder)
+        handled.append(folder)
+    return handled
 
 
 def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
@@ -67,6 +105,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
                         ", ".join(uncovered))
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
+    if not build_only:
+        recover(cfg.output)
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
@@ -99,7 +139,6 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options}
     sinks.write_json(run, fs.join(cfg.output, RUN_FILE))
-    fs.replace_tree(previous_outputs(cfg.output), cfg.output, stale, final)
-    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES])
+    commit(cfg.output, final, stale)
     with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}

@@ -23,13 +23,13 @@ import pickle
 import random
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from pipeline import faults
 from pipeline.errors import UserError
 
 TAG_PREFIX = "step-"
@@ -66,11 +66,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def fault_point(point: str, step: int) -> None:
-    """Test hook (see the module doc): stop here until killed when ``PRETRAIN_FAULT`` names this point and step."""
-    if os.environ.get("PRETRAIN_FAULT") == f"{point}@{step}":
-        print(f"fault point {point} step {step}", file=sys.stderr, flush=True)
-        while True:
-            time.sleep(60)
+    """Test hook (see the module doc)."""
+    faults.fault_point("PRETRAIN_FAULT", point, step)
 
 
 def _write_atomic(path: Path, write: Any) -> None:
