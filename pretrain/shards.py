@@ -294,6 +294,14 @@ class TokenShards:
         meta = read_json(directory / META, "token shards")
         if meta.get("format") != FORMAT:
             raise UserError(f"token shards {directory / META}: format {meta.get('format')!r}, expected {FORMAT}")
+        try:
+            return cls._open(directory, meta)
+        except (KeyError, TypeError, AttributeError) as exc:  # valid JSON, not the layout tokenize writes
+            raise UserError(f"token shards {directory}: malformed {META} or {SHARD_META} ({type(exc).__name__}: "
+                            f"{exc}); rerun `pretrain tokenize` into a new --out") from None
+
+    @classmethod
+    def _open(cls, directory: Path, meta: dict[str, Any]) -> "TokenShards":
         vocab_size = meta["tokenizer"]["vocab_size"]
         docs = {}
         for lang, row in meta["languages"].items():

@@ -96,6 +96,15 @@ def test_corrupt_shard_is_a_clear_error(sample_tokens: Path, tmp_path: Path, cap
     np.save(offsets, np.zeros(3, np.int64))
     with pytest.raises(UserError, match="do not match"):
         TokenShards.open(copy)
+    shutil.copy(sample_tokens / offsets.relative_to(copy), offsets)
+    meta = json.loads((copy / "meta.json").read_text())
+    del meta["languages"][sorted(meta["languages"])[0]]["shards"]  # valid JSON, a key missing
+    (copy / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"malformed meta.json or shard.json \(KeyError: 'shards'\)"):
+        TokenShards.open(copy)
+    (copy / "meta.json").write_text('{"format": 1, "tokenizer": ')
+    with pytest.raises(UserError, match="not valid JSON"):
+        TokenShards.open(copy)
     (copy / "meta.json").unlink()
     with pytest.raises(UserError, match="did not finish"):
         TokenShards.open(copy)
