@@ -212,12 +212,19 @@ class CheckpointManager:
             if self.rank == 0 and not (self.directory / load_tag).is_dir():
                 convert_to_universal(tag_dir, self.directory / load_tag)
             dist.barrier()
-        load_path, _ = engine.load_checkpoint(str(self.directory), tag=load_tag)
-        if load_path is None:
-            raise UserError(f"--resume: DeepSpeed could not load {self.directory / load_tag}")
-        if universal:
-            return meta, None
-        rank_state = torch.load(tag_dir / RANK_STATE.format(rank=self.rank), map_location="cpu", weights_only=False)
+        try:
+            load_path, _ = engine.load_checkpoint(str(self.directory), tag=load_tag)
+            if load_path is None:
+                raise UserError(f"--resume: DeepSpeed could not load {self.directory / load_tag}")
+            if universal:
+                return meta, None
+            rank_state = torch.load(tag_dir / RANK_STATE.format(rank=self.rank), map_location="cpu", weights_only=False)
+        except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:  # torch.load of a cut file
+            earlier = sorted((p.name for p in self.directory.iterdir() if p.is_dir() and (step_of(p.name) or 0) < meta["step"]
+                              and not p.name.endswith(UNIVERSAL_SUFFIX)), key=lambda name: step_of(name) or 0)
+            way_out = f"resume an earlier one with --resume {earlier[-1]}" if earlier else "no earlier checkpoint is kept"
+            raise UserError(f"--resume: checkpoint {tag_dir} cannot be loaded, a file of it is truncated or corrupt "
+                            f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}); {way_out}") from None
         return meta, rank_state
 
 

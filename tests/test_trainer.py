@@ -216,6 +216,16 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
         trainer_for(tmp_path, other, sample_tokens)
 
 
+def test_a_truncated_checkpoint_names_itself_and_the_way_out(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                           sample_tokens: Path) -> None:
+    trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, intervals={"checkpoint": 2, "keep": 2}).train()
+    [optim] = (tmp_path / "run" / "checkpoints" / "step-4").glob("*optim_states.pt")
+    optim.write_bytes(optim.read_bytes()[: optim.stat().st_size // 2])
+    with pytest.raises(UserError, match=r"checkpoint .*step-4 cannot be loaded, a file of it is truncated or corrupt "
+                                        r"\(.*\); resume an earlier one with --resume step-2$"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=6).resume(None)
+
+
 def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Starting without --resume in a run dir that has checkpoints is refused before anything is loaded."""
     from pretrain.__main__ import main
