@@ -107,11 +107,12 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
-    from . import fs
-    from .engines import store_options
+    from . import stores
     from .perplexity import compute_cutoffs, write_cutoffs
 
-    fs.configure(store_options(extra))
+    if extra:
+        raise UserError(f"unknown option or argument {extra[0]!r}")
+    stores.open_stores(args, {"--corpus": args.corpus}, {"--out": args.out})
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)
     print(f"cutoffs for {len(cutoffs)} languages written to {args.out}")
@@ -169,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     cut.add_argument("--out", required=True, help="cutoff.csv to write")
     cut.add_argument("--sample", type=int, default=100_000, help="at most this many documents per language (default 100000)")
     cut.add_argument("--seed", type=int, default=0, help="sampling seed")
+    from . import stores  # Beam's S3 options, imported with Beam only here
+
+    stores.add_arguments(cut)
     return parser
 
 

@@ -59,21 +59,6 @@ def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     return PipelineOptions(flags)
 
 
-def store_options(flags: list[str]) -> PipelineOptions:
-    """Options of a command other than ``run``: only the flags of Beam's store clients
-    (``--s3_endpoint_url``, ``--s3_access_key_id``, ...; GCS's ``--project``...); others are an error."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, S3Options
-
-    parser = _FlagParser(allow_abbrev=False)
-    for cls in (S3Options, GoogleCloudOptions):
-        cls._add_argparse_args(parser)
-    unknown = parser.parse_known_args(flags)[1]
-    if unknown:
-        raise UserError(f"unknown option or argument {unknown[0]!r} (besides its own, this command takes only "
-                        "Beam's store options: --s3_endpoint_url, --s3_access_key_id, ...)")
-    return PipelineOptions(flags)
-
-
 def check_dask(options: PipelineOptions) -> None:
     from apache_beam.runners.dask.dask_runner import DaskOptions
 

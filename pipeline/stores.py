@@ -79,6 +79,19 @@ def options_of(args: Any) -> PipelineOptions:
     return PipelineOptions.from_dictionary(given)
 
 
+def open_stores(args: Any, reads: dict[str, str], writes: dict[str, str] | None = None) -> dict[str, Any]:
+    """For a command of :func:`add_arguments`: Beam's filesystems in this process take its store
+    options, and the bucket of each path is probed (``{flag: path}``; ``writes`` must take a
+    write). Returns the options as a dictionary, for worker processes."""
+    options = options_of(args)
+    FileSystems.set_options(options)
+    for what, path in reads.items():
+        check(str(path), what, options)
+    for what, path in (writes or {}).items():
+        check(str(path), what, options, write=True)
+    return options.get_all_options(drop_default=True)
+
+
 def bucket_and_key(path: str) -> tuple[str, str]:
     bucket, _, key = path.split("://", 1)[1].partition("/")
     return bucket, key

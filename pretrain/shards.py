@@ -31,7 +31,7 @@ from pipeline import stores
 from pipeline.errors import UserError
 from pipeline.stats import sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns, read_from_stores, read_json, write_json
+from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -358,7 +358,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     meta = tokenize_corpus(args.corpus, args.tokenizer, args.out, buckets=args.buckets, languages=args.languages,
                            valid_fraction=args.valid_fraction, alpha=args.alpha, workers=args.workers,
-                           progress=not args.no_progress, store_options=read_from_stores(args))
+                           progress=not args.no_progress, store_options=stores.open_stores(args, {"--corpus": args.corpus}))
     print(f"{'lang':<6} {'train docs':>10} {'train tokens':>13} {'valid docs':>10} {'valid tokens':>12} {'q':>7}")
     for lang, row in meta["languages"].items():
         print(f"{lang:<6} {row['train_documents']:>10} {row['train_tokens']:>13} {row['valid_documents']:>10} "

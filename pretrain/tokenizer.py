@@ -381,19 +381,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stores.add_arguments(parser)
 
 
-def read_from_stores(args: argparse.Namespace) -> dict[str, Any]:
-    """Open ``--corpus`` (and what else is in a bucket) with the command's store options, after one
-    probe of its bucket; returns the options as a dictionary for worker processes."""
-    from pipeline import fs
-
-    options = stores.options_of(args)
-    fs.configure(options)
-    stores.check(str(args.corpus), "--corpus", options)
-    return options.get_all_options(drop_default=True)
-
-
 def main(args: argparse.Namespace) -> int:
-    read_from_stores(args)
+    stores.open_stores(args, {"--corpus": args.corpus})
     meta = train_tokenizer(args.corpus, args.out, vocab_size=args.vocab_size, alpha=args.alpha, buckets=args.buckets,
                            languages=args.languages, sample_size=args.sample_size, short=args.short_languages,
                            character_coverage=args.character_coverage, byte_fallback=args.byte_fallback,
