@@ -208,7 +208,12 @@ def main() -> None:
     parser.add_argument("--json", default=str(ROOT / "docs" / "bench_scaling.json"), help="results file")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "bench_scaling.png"), help="PNG of time and RSS")
     args = parser.parse_args()
-    scales = [int(s) for s in args.scales.split(",")]
+    try:
+        scales = [int(s) for s in args.scales.split(",")]
+    except ValueError:
+        parser.error(f"--scales {args.scales!r}: expected comma-separated whole numbers, e.g. 1,2,4,8")
+    if args.base_mb <= 0 or min(scales) < 1:
+        parser.error("--base-mb must be positive and every scale at least 1")
     runners = [r.strip() for r in args.runners.split(",")]
     if [r for r in runners if r not in RUNNERS] or scales[0] != 1:
         parser.error(f"--runners must name {', '.join(RUNNERS)}; --scales must start at 1")

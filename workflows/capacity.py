@@ -70,7 +70,18 @@ def main() -> None:
     parser.add_argument("--vm-gb-hour", type=float, default=0.004237, help="example VM price for Dask, $ per GB-hour")
     parser.add_argument("--out", help="also write the plan (Markdown) here")
     args = parser.parse_args()
-    results = json.loads(Path(args.results).read_text())
+    for flag in ("wet_tib", "pages", "hours", "vcpus", "headroom"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    try:
+        results = json.loads(Path(args.results).read_text())
+        runs = results["runs"]
+        if not runs or any(not rows for rows in runs.values()):
+            raise KeyError("runs")
+    except FileNotFoundError:
+        parser.error(f"--results {args.results}: no such file (workflows/bench_scaling.py writes it)")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        parser.error(f"--results {args.results}: not bench_scaling.py's results ({type(exc).__name__}: {exc})")
     wet = args.wet_tib * TIB
     lines = [f"# Capacity plan: {args.snapshot} ({args.wet_tib} TiB gzip WET, {args.pages:.3g} pages) in {args.hours:g} h",
              "",
