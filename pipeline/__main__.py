@@ -163,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_argument("--overwrite", action="store_true", help="retrain languages whose models already exist")
 
     cut = sub.add_parser(
-        "cutoffs", help="perplexity percentiles 0-100 per language (CCNet's cutoff.csv) from a scored corpus",
-        description="Compute CCNet-layout cutoff.csv (rows: percentile 0..100, columns: languages) from the "
+        "cutoffs", help="perplexity percentiles 0-99 per language (CCNet's cutoff.csv) from a scored corpus",
+        description="Compute CCNet-layout cutoff.csv (rows: percentile 0..99, columns: languages) from the "
                     "perplexity column of a pipeline output scored with perplexity.models.")
     cut.add_argument("--corpus", required=True, help="pipeline output directory (local, gs://, s3://)")
     cut.add_argument("--out", required=True, help="cutoff.csv to write")

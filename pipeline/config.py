@@ -122,8 +122,8 @@ RANGES = {
     "lid.threshold": (0.0, 1.0),
     "write.shard_size_mb": (1e-6, None),
     "sampling.alpha": (1e-6, 1.0),
-    "perplexity.head": (0, 100),
-    "perplexity.tail": (0, 100),
+    "perplexity.head": (0, 99),
+    "perplexity.tail": (0, 99),
 }
 
 

@@ -27,6 +27,7 @@ from .normalize import normalize
 
 MODES = ("document", "per_line")
 BUCKETS = ("head", "middle", "tail")
+PERCENTILES = 100  # cutoff.csv rows: percentiles 0..99, as in CCNet's file
 KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 LOG = logging.getLogger(__name__)
 
@@ -108,10 +109,9 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
 
 
 def read_cutoffs(path: str) -> dict[str, list[float]]:
-    """A ``cutoff.csv``: a header of languages, then one row per percentile from 0.
-
-    We write percentiles 0..100 (101 rows); CCNet's published file has 0..99: both are read.
-    """
+    """A ``cutoff.csv``: a header of languages, then one row per percentile from 0, in the file's
+    column order. CCNet's layout (and ours) has percentiles 0..99; files with 0..100 (written by
+    our releases before 2026-11) are read too."""
     try:
         with fs.open_read(path) as f:
             rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
@@ -135,13 +135,21 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
     return cutoffs
 
 
+def exact(value: float) -> str:
+    """``value`` as CSV text that reads back to the same float: integers as CCNet writes them
+    (``150``), other values in Python's shortest round-trip form (``123456.7``)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 def write_cutoffs(cutoffs: Mapping[str, list[float]], path: str) -> None:
-    langs = sorted(cutoffs)
+    """CCNet's layout: a header ``,<lang>,...`` (languages in the mapping's order), then one row per
+    percentile 0..99, every value exact (:func:`exact`)."""
+    langs = list(cutoffs)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["", *langs])
-    for pct in range(101):
-        writer.writerow([pct, *(f"{cutoffs[lang][pct]:g}" for lang in langs)])
+    for pct in range(PERCENTILES):
+        writer.writerow([pct, *(exact(cutoffs[lang][pct]) for lang in langs)])
     fs.write_atomic(path, lambda stream: stream.write(out.getvalue().encode("utf-8")))
 
 
@@ -204,7 +212,7 @@ class PerplexityScorer:
 
 
 def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Perplexity percentiles 0..100 per language from the scored documents of a pipeline output.
+    """Perplexity percentiles 0..99 per language (sorted by language) from the scored documents of a pipeline output.
 
     At most ``sample_size`` documents per language are used, drawn with a seeded RNG from the
     documents sorted by id (so the result does not depend on shard layout). Returns the cutoffs
@@ -235,6 +243,6 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
         pairs.sort()
         if len(pairs) > sample_size:
             pairs = random.Random(f"{seed}-{lang}").sample(pairs, sample_size)
-        pcts = np.percentile(np.array([pp for _, pp in pairs]), np.arange(101))
+        pcts = np.percentile(np.array([pp for _, pp in pairs]), np.arange(PERCENTILES))
         cutoffs[lang], used[lang] = [round(float(v), 1) for v in pcts], len(pairs)
     return cutoffs, used

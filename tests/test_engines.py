@@ -79,7 +79,7 @@ def planted(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
     cutoffs = root / "cutoff.csv"
     langs = sorted(p.name.split(".")[0] for p in sample_lms.glob("*.arpa.bin"))
     cutoffs.write_text(",".join(["", *langs]) + "\n" + "".join(
-        ",".join([str(p), *(str(50 + 5 * p) for _ in langs)]) + "\n" for p in range(101)))
+        ",".join([str(p), *(str(50 + 5 * p) for _ in langs)]) + "\n" for p in range(100)))
     config = ["--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"),
               "--set", f"perplexity.models={sample_lms}", "--set", f"perplexity.cutoffs={cutoffs}",
               "--set", "write.shard_size_mb=0.25", "--set", "beam_options=[]"]

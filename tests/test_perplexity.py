@@ -109,10 +109,26 @@ def test_ccnets_published_cutoff_file_is_read():
     assert bucket_of(cutoffs["de"][30] - 1, cutoffs["de"], 30, 60) == "head"
 
 
-def test_cutoff_round_trip_and_bad_files(tmp_path):
-    cutoffs = {"de": [float(i) for i in range(101)], "fr": [i / 2 for i in range(101)]}
+def test_ccnets_cutoff_file_is_written_back_unchanged(tmp_path):
+    original = CCNET / "data" / "cutoff.csv"
+    write_cutoffs(read_cutoffs(str(original)), str(tmp_path / "cutoff.csv"))
+    assert (tmp_path / "cutoff.csv").read_bytes() == original.read_bytes()
+
+
+def test_cutoff_values_round_trip_exactly(tmp_path):
+    values = [123456.7, 1234567.8, 98765432.1, 1e5, 0.1, 2.5e-3, 7.0, 1e16 + 2, 1.0 / 3]
+    cutoffs = {"zh": [values[i % len(values)] * (1 + i) for i in range(100)], "de": [float(i) for i in range(100)]}
     write_cutoffs(cutoffs, str(tmp_path / "cutoff.csv"))
-    assert read_cutoffs(str(tmp_path / "cutoff.csv")) == cutoffs
+    text = (tmp_path / "cutoff.csv").read_text()
+    assert text.splitlines()[0] == ",zh,de" and text.splitlines()[-1].startswith("99,")
+    assert "e+" not in text and ",123456.7," in text  # never cut to 6 digits, never exponent notation
+    read = read_cutoffs(str(tmp_path / "cutoff.csv"))
+    assert read == cutoffs and list(read) == ["zh", "de"]
+
+
+def test_cutoff_bad_files(tmp_path):
+    cutoffs = {"de": [float(i) for i in range(100)], "fr": [i / 2 for i in range(100)]}
+    write_cutoffs(cutoffs, str(tmp_path / "cutoff.csv"))
     with pytest.raises(UserError, match="no such file"):
         read_cutoffs(str(tmp_path / "missing.csv"))
     lines = (tmp_path / "cutoff.csv").read_text().splitlines()
