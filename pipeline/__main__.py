@@ -10,6 +10,7 @@ from typing import Any
 from .config import describe_corpus_config, load_config
 from .configfile import read_yaml
 from .errors import UserError
+from .sinks import shard_pattern
 
 RUN_EPILOG = """\
 config keys (YAML file, or --set KEY=VALUE):
@@ -25,7 +26,7 @@ Unknown flags are an error.
 """
 
 
-def _summary(report: dict[str, Any], output: str) -> str:
+def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
     counters = report["counters"]
     lines = [f"corpus written to {output}  ({report['elapsed_s']:.1f} s, {report['input_files']} input files)"]
     read = counters.get("read", {})
@@ -42,7 +43,7 @@ def _summary(report: dict[str, Any], output: str) -> str:
         for bucket, counts in v["buckets"].items():
             buckets[bucket] = buckets.get(bucket, 0) + counts["documents"]
     lines.append("  buckets (documents): " + ", ".join(f"{b}={n}" for b, n in sorted(buckets.items())))
-    lines.append(f"  shards: {output}/lang=*/bucket=*/  stats: {output}/stats.json  "
+    lines.append(f"  shards: {shard_pattern(output, fmt)}  stats: {output}/stats.json  "
                  f"sampling: {output}/sampling.json  rejected: {output}/rejected/")
     return "\n".join(lines)
 
@@ -58,7 +59,7 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     if "built_only" in report:
         print(f"job built, not run: {report['built_only']}")
         return 0
-    print(_summary(report, cfg.output))
+    print(_summary(report, cfg.output, cfg.write.format))
     return 0
 
 
@@ -118,7 +119,7 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"cutoffs for {len(cutoffs)} languages written to {args.out}")
     for lang in sorted(cutoffs):
         c = cutoffs[lang]
-        print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (min {c[0]:g}, median {c[50]:g}, max {c[100]:g})")
+        print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (p0 {c[0]:g}, p50 {c[50]:g}, p99 {c[99]:g})")
     return 0
 
 

@@ -22,7 +22,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from . import dedup, fs, neardup, sinks, stats
 from .counting import MAIN, Counted, Counts, CountingDoFn, total_counts
-from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig
+from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig, WriteConfig
 from .documents import Document, Drop, Note, Rejected
 from .lid import LanguageIdentifier
 from .neardup import NearDedup
@@ -64,7 +64,8 @@ def read_ahead(items: Iterable[T], n: int = CHUNK_DOCS) -> Iterator[T]:
 
 def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
     """Every record of one file as a document, a Drop or a Rejected (an unreadable file: one Rejected)."""
-    reader = RecordReader(path, detect_format(path, cfg.format), cfg.verify_digests)
+    reader = RecordReader(path, detect_format(path, cfg.format), cfg.verify_digests, cfg.title, cfg.empty_lines,
+                          cfg.min_length)
     try:
         with fs.open_read(path) as stream:
             yield from reader.read(stream)
@@ -75,16 +76,17 @@ def read_file(path: str, cfg: ReadConfig) -> Iterator[Any]:
 
 
 class HashFile(beam.DoFn):
-    """Dedup pass 1: (file index, path) -> (partition, (file index, paragraph occurrences))."""
+    """Dedup pass 1: (file index, path) -> ((group, partition), (file index, paragraph occurrences))."""
 
-    def __init__(self, cfg: ReadConfig, partitions: int) -> None:
-        self.cfg, self.partitions = cfg, partitions
+    def __init__(self, cfg: ReadConfig, partitions: int, n_files: int, groups: int) -> None:
+        self.cfg, self.partitions, self.n_files, self.groups = cfg, partitions, n_files, groups
 
-    def process(self, item: tuple[int, str]) -> Iterator[tuple[int, tuple[int, dedup.Occurrences]]]:
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[tuple[int, int], tuple[int, dedup.Occurrences]]]:
         index, path = item
+        group = dedup.group_of(index, self.n_files, self.groups)
         docs = (r for r in read_ahead(read_file(path, self.cfg)) if isinstance(r, dict))
         for part, table in dedup.Occurrences.of(docs).partitions(self.partitions):
-            yield part, (index, table)
+            yield (group, part), (index, table)
 
 
 class ReadFiles(CountingDoFn):
@@ -147,7 +149,7 @@ class ReadAndDedup(beam.PTransform):
         partitions = self.dedup_cfg.partitions or min(4096, max(8, self.n_files))
         removed = (
             files
-            | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions))
+            | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, self.n_files, self.dedup_cfg.groups))
             | "GroupByPartition" >> beam.GroupByKey()
             | "FindDuplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy).items())
         ) if self.dedup_cfg.enabled else files | "NoRemovals" >> beam.FlatMap(lambda _: ())
@@ -210,7 +212,8 @@ class StepFn(CountingDoFn):
 
 def language_identifier(cfg: LidConfig) -> Callable[[], LanguageIdentifier]:
     def build() -> LanguageIdentifier:
-        lid = LanguageIdentifier(cfg.model, cfg.threshold, cfg.thresholds, cfg.below_threshold)
+        lid = LanguageIdentifier(cfg.model, cfg.threshold, cfg.thresholds, cfg.below_threshold, cfg.newlines,
+                                 cfg.score_digits, cfg.threshold_on_rounded)
         lid.model  # load once per worker, here rather than on the first document
         return lid
     return build
@@ -253,15 +256,15 @@ beam.coders.registry.register_coder(pa.Table, ArrowTableCoder)
 
 
 class WriteShard(CountingDoFn):
-    def __init__(self, output: str, fmt: str) -> None:
+    def __init__(self, output: str, fmt: str, schema: str) -> None:
         super().__init__("write")
-        self.output, self.fmt = output, fmt
+        self.output, self.fmt, self.schema = output, fmt, schema
 
     def process(self, item: tuple[tuple[str, str, int], Iterable[pa.Table]]) -> Iterator[str]:
         (lang, bucket, shard), parts = item
         table = sinks.shard_table(parts)
         path = sinks.shard_path(self.output, lang, bucket, shard, self.fmt)
-        sinks.write_table(table, path, self.fmt)
+        sinks.write_table(sinks.output_table(table, self.schema), path, self.fmt)
         self.count("shards")
         self.count("documents", table.num_rows)
         yield path
@@ -288,15 +291,16 @@ class AsTables(beam.PTransform):
 
 
 class WriteCorpus(beam.PTransform):
-    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards.
+    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards (``<l>_<b>_NNNN.json.gz``
+    in CCNet's layout).
 
     Returns ``{"paths": written paths, "stats": the one CorpusStats result}``: the partition sizes
     that set each partition's shard count also go into sampling.json.
     """
 
-    def __init__(self, output: str, fmt: str, shard_size_mb: float) -> None:
+    def __init__(self, output: str, cfg: WriteConfig) -> None:
         super().__init__()
-        self.output, self.fmt, self.target = output, fmt, int(shard_size_mb * 2**20)
+        self.output, self.cfg, self.target = output, cfg, int(cfg.shard_size_mb * 2**20)
 
     def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
         stats = (tables | "TableStats" >> beam.Map(table_stats)
@@ -308,7 +312,7 @@ class WriteCorpus(beam.PTransform):
                                              target_bytes=self.target)
             .with_output_types(tuple[tuple[str, str, int], pa.Table])
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> Counted(WriteShard(self.output, self.fmt))
+            | "WriteShard" >> Counted(WriteShard(self.output, self.cfg.format, self.cfg.schema))
         )
         return {"paths": paths, "stats": stats}
 
@@ -478,7 +482,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     if near.enabled and near.position == "after_perplexity":
         docs = near_dedup(docs, cfg)
     tables = docs | "AsTables" >> AsTables()
-    written = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write.format, cfg.write.shard_size_mb)
+    written = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write)
     _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
     counters = total_counts(p)  # last: every counting step is in the graph by now
     _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files))

@@ -8,9 +8,10 @@ from typing import Any
 from .configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
 from .dedup import POLICIES
 from .errors import UserError
+from .lid import NEWLINES
 from .neardup import POSITIONS, SCOPES, SHINGLES, NearDupConfig
 from .perplexity import BUCKETS, MODES
-from .sinks import FORMATS
+from .sinks import FORMATS, SCHEMAS
 from .stats import UNITS
 
 
@@ -20,6 +21,12 @@ class ReadConfig:
     """wet, warc, or auto (by file name: *.warc.wet[.gz] is WET, other *.warc[.gz] WARC)."""
     verify_digests: bool = True
     """Reject records whose WARC-Block-Digest does not match their bytes."""
+    title: bool = True
+    """The first line of a WET body (CommonCrawl's page title; for WARC input the HTML <title>) goes to the title column, not the text."""
+    empty_lines: bool = False
+    """Keep empty lines in the text (CCNet's raw_content: they are hashed and removed by dedup)."""
+    min_length: int = 0
+    """Documents with fewer characters at read are dropped before dedup, and not hashed (CCNet: 300)."""
 
 
 @dataclasses.dataclass
@@ -27,9 +34,11 @@ class DedupConfig:
     enabled: bool = True
     """Run exact paragraph dedup."""
     policy: str = "drop_all"
-    """drop_all (CCNet: every copy of a repeated paragraph goes) or keep_first."""
+    """drop_all (CCNet: every copy of a paragraph found in two or more documents goes) or keep_first (the first copy in input order stays). Either way a paragraph repeated inside one document keeps its first copy only."""
     min_length: int = 300
     """Documents with fewer characters left after dedup are dropped."""
+    groups: int = 1
+    """Dedup within this many groups of consecutive input files (path order), each on its own; 1: globally. CCNet: 32 (1600 shards, 50 a group)."""
     partitions: int = 0
     """Hash partitions grouped separately (memory per group ~ 1/partitions of all paragraphs). 0: auto, min(4096, max(8, input files))."""
 
@@ -44,6 +53,12 @@ class LidConfig:
     """Per-language thresholds overriding ``threshold``."""
     below_threshold: str = "drop"
     """drop, or unknown (keep the document with lang=unknown)."""
+    newlines: str = "space"
+    """What fastText sees for a line break: space, or delete (CCNet: glues the lines' words together)."""
+    score_digits: int = 4
+    """lang_score is stored rounded to this many decimals (CCNet: 2)."""
+    threshold_on_rounded: bool = False
+    """Compare the rounded score with the threshold (CCNet: 0.495 rounds to 0.5 and passes)."""
 
 
 @dataclasses.dataclass
@@ -69,7 +84,9 @@ class PerplexityConfig:
 @dataclasses.dataclass
 class WriteConfig:
     format: str = "arrow"
-    """arrow (Arrow IPC file, zstd) or parquet (zstd)."""
+    """arrow (Arrow IPC file, zstd), parquet (zstd), or json (CCNet's layout: <lang>_<bucket>_NNNN.json.gz, a JSON document a line)."""
+    schema: str = "polyglot"
+    """polyglot (our columns), or ccnet (CCNet's fields: raw_content, language, language_score, title, source_domain, cc_segment, line_ids, ...)."""
     shard_size_mb: float = 256.0
     """Target uncompressed text size of a shard; the shard count per partition follows from it."""
 
@@ -110,6 +127,8 @@ CHOICES = {
     "dedup.policy": POLICIES,
     "lid.below_threshold": ("drop", "unknown"),
     "write.format": tuple(FORMATS),
+    "write.schema": SCHEMAS,
+    "lid.newlines": NEWLINES,
     "sampling.unit": UNITS,
     "perplexity.mode": MODES,
     "near_dedup.shingle": SHINGLES,
@@ -119,6 +138,9 @@ CHOICES = {
 RANGES = {
     "dedup.min_length": (0, None),
     "dedup.partitions": (0, 1 << 20),
+    "dedup.groups": (1, 1 << 20),
+    "read.min_length": (0, None),
+    "lid.score_digits": (0, 17),
     "lid.threshold": (0.0, 1.0),
     "write.shard_size_mb": (1e-6, None),
     "sampling.alpha": (1e-6, 1.0),

@@ -7,13 +7,17 @@ duplicates are found with a sort over that partition only (keyed aggregation: no
 no per-paragraph Beam elements). The dedup pass reads each file again with the list of
 occurrences to remove. Policies:
 
-* ``drop_all`` (CCNet paper): every copy of a repeated paragraph is removed.
+* ``drop_all`` (CCNet's mine): every copy of a paragraph found in two or more documents is removed.
 * ``keep_first``: the first occurrence in (input path order, position in file, line) stays.
 
+Under both, a paragraph repeated inside one document only keeps its first copy (as CCNet's
+``finalize_doc`` does). With ``groups`` > 1 the input files are cut into that many runs of
+consecutive files, each deduplicated on its own (CCNet's ``hash_in_mem`` groups of shards).
 Documents left shorter than ``min_length`` characters are dropped.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -64,12 +68,15 @@ def duplicates(tables: Iterable[tuple[int, Occurrences]], policy: str) -> dict[i
     docs = np.concatenate([t.docs for _, t in tables])
     lines = np.concatenate([t.lines for _, t in tables])
     order = np.lexsort((lines, docs, files, hashes))  # by hash, then position: the first is the keeper
-    sorted_hashes = hashes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_hashes[1:] != sorted_hashes[:-1]])
-    counts = np.diff(np.r_[starts, len(order)])
-    repeated = np.repeat(counts > 1, counts)
+    h, f, d = hashes[order], files[order], docs[order]
+    new_hash = np.r_[True, h[1:] != h[:-1]]
+    new_doc = new_hash | np.r_[True, (f[1:] != f[:-1]) | (d[1:] != d[:-1])]  # a hash's first copy in a document
     if policy == "keep_first":
-        repeated[starts] = False
+        repeated = ~new_hash
+    else:
+        hash_ids = np.cumsum(new_hash) - 1
+        in_documents = np.bincount(hash_ids, weights=new_doc)  # how many documents hold each hash
+        repeated = (in_documents > 1)[hash_ids] | ~new_doc
     removed = order[repeated]
     result = {}
     for f in np.unique(files[removed]):
@@ -87,15 +94,24 @@ def removal_index(removals: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[int
     return index
 
 
+def group_of(index: int, n_files: int, groups: int) -> int:
+    """The dedup group of input file ``index``: group ``g`` holds files ``g*n//groups`` up to
+    ``(g+1)*n//groups`` (CCNet's shards of a dump, and its groups of ``hash_in_mem`` shards)."""
+    return bisect.bisect_right([g * n_files // groups for g in range(groups)], index) - 1
+
+
 def remove_paragraphs(doc: Document, removed: Iterable[int], min_length: int) -> StepResult:
-    """The document without the given line numbers, or a drop reason if too little is left."""
+    """The document without the given line numbers (``line_ids``: the line numbers kept), or a drop
+    reason if too little is left."""
     drop = set(removed)
-    if not drop:
-        kept_text = doc["text"]
+    if drop:
+        lines = doc["text"].split("\n")
+        kept = [i for i in range(len(lines)) if i not in drop]
+        kept_text = "\n".join(lines[i] for i in kept)
     else:
-        kept_text = "\n".join(line for i, line in enumerate(doc["text"].split("\n")) if i not in drop)
-    if not kept_text:
+        kept, kept_text = list(range(doc["nlines"])), doc["text"]
+    if not kept or not kept_text:
         return Drop("all_paragraphs_duplicated")
     if len(kept_text) < min_length:
         return Drop("too_short")
-    return {**doc, "text": kept_text, "nlines": kept_text.count("\n") + 1, "length": len(kept_text)}
+    return {**doc, "text": kept_text, "nlines": len(kept), "length": len(kept_text), "line_ids": kept}

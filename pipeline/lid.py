@@ -9,11 +9,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .documents import Document, Drop, StepResult
 from .errors import UserError
 from . import fs
 
 LABEL_PREFIX = "__label__"
+NEWLINES = ("space", "delete")
 FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first 4 bytes of every .bin / .ftz model
 MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"  # local copies of models in a bucket, per machine
 
@@ -71,10 +74,12 @@ def check_model(path: str | None) -> str:
 class LanguageIdentifier:
     """``__call__(doc)`` sets ``lang`` and ``lang_score``, or returns a drop reason."""
 
-    def __init__(self, model: str | None, threshold: float, thresholds: dict[str, float],
-                 below_threshold: str) -> None:
+    def __init__(self, model: str | None, threshold: float, thresholds: dict[str, float], below_threshold: str,
+                 newlines: str = "space", score_digits: int = 4, threshold_on_rounded: bool = False) -> None:
         self.model_path = model or default_model_path()
         self.threshold, self.thresholds, self.below_threshold = threshold, thresholds, below_threshold
+        self.newline = " " if newlines == "space" else ""
+        self.score_digits, self.threshold_on_rounded = score_digits, threshold_on_rounded
         self._model: Any = None
 
     @property
@@ -90,15 +95,18 @@ class LanguageIdentifier:
                 raise UserError(f"{self.model_path}: not a fastText model ({exc})") from None
         return self._model
 
-    def predict(self, text: str) -> tuple[str, float]:
-        labels, scores = self.model.predict(text.replace("\n", " "), k=1)
-        return labels[0][len(LABEL_PREFIX):], min(float(scores[0]), 1.0)
+    def predict(self, text: str) -> tuple[str, float, float]:
+        """The top label, its score (at most 1: fastText's can exceed it by a rounding error), and
+        that score rounded to ``score_digits`` as CCNet rounds it (numpy's round half to even)."""
+        labels, scores = self.model.predict(text.replace("\n", self.newline), k=1)
+        return (labels[0][len(LABEL_PREFIX):], min(float(scores[0]), 1.0),
+                float(np.round(scores, self.score_digits)[0]))
 
     def __call__(self, doc: Document) -> StepResult:
-        lang, score = self.predict(doc["text"])
-        if score < self.thresholds.get(lang, self.threshold):
+        lang, score, rounded = self.predict(doc["text"])
+        if (rounded if self.threshold_on_rounded else score) < self.thresholds.get(lang, self.threshold):
             if self.below_threshold == "drop":
                 return Drop("below_threshold")
             lang = "unknown"
-        return {**doc, "lang": lang, "lang_score": round(score, 4)}
+        return {**doc, "lang": lang, "lang_score": rounded}
 

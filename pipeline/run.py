@@ -29,7 +29,7 @@ COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the cor
 def previous_outputs(output: str) -> list[str]:
     """Files a run wrote to ``output`` (shards, rejected records, stats); the same below a staging folder."""
     found = [fs.join(output, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(output, name))]
-    found += fs.match_optional(fs.join(output, "lang=*", "bucket=*", "part-*"))
+    found += [p for fmt in ("arrow", "json") for p in fs.match_optional(sinks.shard_pattern(output, fmt))]
     found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
     found += fs.match_optional(fs.join(output, NEAR_DUPLICATES, "part-*"))
     return found

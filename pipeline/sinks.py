@@ -7,10 +7,12 @@ one chunk, so how the documents were batched on their way to the shard does not 
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,12 +23,26 @@ from .documents import Document
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("url", pa.string()), ("date", pa.string()), ("digest", pa.string()),
-    ("source", pa.string()), ("text", pa.string()), ("lang", pa.string()),
+    ("source", pa.string()), ("title", pa.string()), ("text", pa.string()), ("lang", pa.string()),
     ("lang_score", pa.float64()), ("perplexity", pa.float64()), ("bucket", pa.string()),
     ("nlines", pa.int32()), ("original_nlines", pa.int32()), ("length", pa.int32()),
-    ("original_length", pa.int32()), ("minhash_cluster_size", pa.int32()),
+    ("original_length", pa.int32()), ("content_length", pa.int64()), ("line_ids", pa.list_(pa.int32())),
+    ("minhash_cluster_size", pa.int32()),
 ])
-FORMATS = {"arrow": ".arrow", "parquet": ".parquet"}
+"""The corpus schema (``write.schema: polyglot``), also the tables between the pipeline's stages."""
+CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or a function of a table)
+    ("url", "url"), ("date_download", "date"), ("digest", "digest"), ("length", "length"),
+    ("nlines", "nlines"), ("source_domain", lambda t: pa.array([urlsplit(u).netloc for u in t.column("url").to_pylist()])),
+    ("title", "title"), ("raw_content", "text"),
+    ("cc_segment", lambda t: pa.array([cc_segment(s) for s in t.column("source").to_pylist()])),
+    ("original_nlines", "original_nlines"), ("original_length", "content_length"), ("line_ids", "line_ids"),
+    ("language", "lang"), ("language_score", "lang_score"), ("perplexity", "perplexity"), ("bucket", "bucket"),
+]
+"""``write.schema: ccnet``: CCNet's fields, with its meanings (``original_length`` is the record's
+Content-Length in bytes, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
+SCHEMAS = ("polyglot", "ccnet")
+FORMATS = {"arrow": ".arrow", "parquet": ".parquet", "json": ".json.gz"}
+"""``json``: CCNet's layout, ``<lang>_<bucket>_NNNN.json.gz`` files of one JSON document a line."""
 SORT_KEYS = [(name, "ascending") for name in ("id", "source", "url", "date", "digest", "text")]
 BATCH_ROWS = 1024
 
@@ -48,7 +64,28 @@ def partition_dir(output: str, lang: str, bucket: str) -> str:
 
 
 def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str:
+    if fmt == "json":
+        return fs.join(output, f"{lang}_{bucket}_{shard:04d}{FORMATS[fmt]}")
     return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
+
+
+def shard_pattern(output: str, fmt: str) -> str:
+    """The glob of the shards a run wrote in format ``fmt``."""
+    return fs.join(output, "*_*_*.json.gz") if fmt == "json" else fs.join(output, "lang=*", "bucket=*", "part-*")
+
+
+def cc_segment(source: str) -> str:
+    """CCNet's ``cc_segment`` of an input path: from ``crawl-data/`` on, or the path as it is."""
+    at = source.find("crawl-data/")
+    return source[at:] if at >= 0 else source
+
+
+def output_table(table: pa.Table, schema: str) -> pa.Table:
+    """A shard's rows as written: the corpus schema, or CCNet's fields (``write.schema``)."""
+    if schema == "polyglot":
+        return table
+    columns = [table.column(source) if isinstance(source, str) else source(table) for _, source in CCNET_COLUMNS]
+    return pa.Table.from_arrays(columns, names=[name for name, _ in CCNET_COLUMNS])
 
 
 def docs_to_table(docs: list[Document]) -> pa.Table:
@@ -89,18 +126,25 @@ def write_table(table: pa.Table, path: str, fmt: str) -> None:
     """Write one shard atomically; identical tables give identical bytes."""
     def arrow(stream: BinaryIO) -> None:
         options = pa.ipc.IpcWriteOptions(compression="zstd")
-        with pa.ipc.new_file(stream, SCHEMA, options=options) as writer:
+        with pa.ipc.new_file(stream, table.schema, options=options) as writer:
             writer.write_table(table, max_chunksize=BATCH_ROWS)
 
     def parquet(stream: BinaryIO) -> None:
         pq.write_table(table, stream, compression="zstd", row_group_size=BATCH_ROWS * 16)
 
-    fs.write_atomic(path, arrow if fmt == "arrow" else parquet)
+    def json_lines(stream: BinaryIO) -> None:  # as CCNet writes them: json.dumps, no null fields
+        with gzip.GzipFile(fileobj=stream, mode="wb", mtime=0) as out:
+            for row in table.to_pylist():
+                out.write(json.dumps({k: v for k, v in row.items() if v is not None}, ensure_ascii=False).encode("utf-8") + b"\n")
+
+    fs.write_atomic(path, {"arrow": arrow, "parquet": parquet, "json": json_lines}[fmt])
 
 
 def read_shard(path: str) -> pa.Table:
-    """Read a shard written by :func:`write_table` (either format)."""
+    """Read a shard written by :func:`write_table` (any format)."""
     with fs.open_read(path) as stream:
+        if path.endswith(FORMATS["json"]):
+            return pa.Table.from_pylist([json.loads(line) for line in gzip.decompress(stream.read()).splitlines()])
         if path.endswith(FORMATS["parquet"]):
             return pq.read_table(stream)
         return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()

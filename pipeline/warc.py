@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import zlib
 from typing import BinaryIO, Iterator, Union
 
@@ -24,6 +25,7 @@ from fastwarc.warc import ArchiveIterator, WarcRecord
 from .documents import Document, Drop, Note, Rejected
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python's text mode (CCNet's WET reader) splits lines at
 CHUNK = 1 << 22
 WINDOW = 1 << 16
 RAW_PREVIEW = 2048
@@ -153,6 +155,9 @@ class RecordReader:
     source: str
     fmt: str  # "wet" or "warc"
     verify_digests: bool = True
+    title: bool = True  # the first line of a WET body (an HTML page's <title>) goes to "title", not "text"
+    empty_lines: bool = False  # keep empty lines in "text" (CCNet's raw_content)
+    min_length: int = 0  # documents with a shorter text are dropped at read, before any dedup (CCNet: 300)
     notes: list[Note] = dataclasses.field(default_factory=list, repr=False)  # of records being converted
 
     def read(self, stream: BinaryIO) -> Iterator[ReadResult]:
@@ -249,6 +254,7 @@ class RecordReader:
                                 f"Content-Length {declared} but {len(block)} bytes present", raw, record_id)
         if not digest_ok:
             return self._reject(offset, "digest_mismatch", "WARC-Block-Digest does not match the block", raw, record_id)
+        title = None
         if self.fmt == "wet":
             try:
                 text = block.decode("utf-8")
@@ -259,24 +265,50 @@ class RecordReader:
             converted = _html_text(block)
             if isinstance(converted, Drop):
                 return converted
-            (text, notes), digest = converted, headers.get("warc-payload-digest", "")
+            (title, text, notes), digest = converted, headers.get("warc-payload-digest", "")
             self.notes.extend(notes)
-        lines = [line.strip() for line in text.split("\n")]
-        paragraphs = [line for line in lines if line]
-        if not paragraphs:
+        title, lines = self._lines(text, title)
+        if not any(lines):
             return self._reject(offset, "empty", "no text in the record", raw, record_id)
+        body = "\n".join(lines)
+        if len(body) < self.min_length:
+            return Drop("too_short")
         return {
             "id": record_id,
             "url": headers.get("warc-target-uri", ""),
             "date": headers.get("warc-date", ""),
             "digest": digest,
             "source": self.source,
-            "text": "\n".join(paragraphs),
-            "nlines": len(paragraphs),
-            "length": sum(map(len, paragraphs)) + len(paragraphs) - 1,
+            "title": title,
+            "text": body,
+            "nlines": len(lines),
+            "length": len(body),
             "original_nlines": len(lines),
-            "original_length": len(text),
+            "original_length": len(body),
+            "content_length": declared,
         }
+
+    def _lines(self, text: str, title: str | None) -> tuple[str | None, list[str]]:
+        """The title (the first line of a WET body, the ``<title>`` of an HTML page; None unless
+        ``title``) and the document's lines, stripped, split at any line break (``\\r\\n``, ``\\r``,
+        ``\\n``, as a text-mode reader splits them); empty lines are left out unless ``empty_lines``.
+
+        With ``empty_lines`` a WET body's lines are CCNet's ``raw_content`` exactly: CCNet reads a
+        WET file line by line, so a body that does not end with a line break gains an empty last
+        line from the record separator (process_wet_file.py: parse_doc)."""
+        lines = [line.strip() for line in LINE_BREAK.split(text)]
+        if self.fmt == "wet":
+            if self.empty_lines:
+                lines.append("")
+                if len(lines) >= 2 and not lines[-1] and not lines[-2]:
+                    del lines[-2:]
+            if self.title:
+                title, lines = (lines[0] if lines else ""), lines[1:]
+        if not self.title:
+            title = None
+        if not self.empty_lines:
+            lines = [line for line in lines if line]
+        return title, lines
 
 
 def _next(data: bytes, pos: int) -> int:
@@ -285,13 +317,14 @@ def _next(data: bytes, pos: int) -> int:
     return found if found >= 0 else len(data)
 
 
-def _html_text(block: bytes) -> tuple[str, list[Note]] | Drop:
-    """Text of an HTTP response block holding HTML, as resiliparse extracts it (one line per block),
-    and notes. The body is de-chunked (``Transfer-Encoding: chunked``) and decompressed
+def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
+    """Title and text of an HTTP response block holding HTML, as resiliparse extracts them (one
+    line per block), and notes. The body is de-chunked (``Transfer-Encoding: chunked``) and decompressed
     (``Content-Encoding`` gzip, deflate, and br when brotli is installed) first, by warcio's readers
     as warcio's own ArchiveIterator does; a body whose chunking is broken is taken as it is, noted."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+    from resiliparse.parse.html import HTMLTree
 
     head, sep, body = block.partition(b"\r\n\r\n")
     if not sep:
@@ -309,8 +342,9 @@ def _html_text(block: bytes) -> tuple[str, list[Note]] | Drop:
         return Drop("skipped_non_html")
     body, notes = _http_body(body, headers)
     charset = content_type.partition("charset=")[2].split(";")[0].strip() or None
-    html = bytes_to_str(body, charset or detect_encoding(body))
-    return extract_plain_text(html, main_content=False, alt_texts=False, preserve_formatting=True), notes
+    tree = HTMLTree.parse(bytes_to_str(body, charset or detect_encoding(body)))
+    text = extract_plain_text(tree, main_content=False, alt_texts=False, preserve_formatting=True)
+    return tree.title, text, notes
 
 
 def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]:

@@ -145,8 +145,11 @@ def block_digest(body: bytes) -> str:
 def warc_record(body: bytes, *, rtype: str = "conversion", uri: str = "https://example.org/page",
                 record_id: str = "<urn:uuid:00000000-0000-0000-0000-000000000001>",
                 content_length: int | None = None, content_type: str = "text/plain",
-                drop: tuple[str, ...] = (), digest: bool = True) -> bytes:
-    """One WARC/1.0 record exactly as CommonCrawl writes it (headers, block, CRLF CRLF), uncompressed."""
+                drop: tuple[str, ...] = (), digest: bool = True, title: str | None = "A page title") -> bytes:
+    """One WARC/1.0 record exactly as CommonCrawl writes it (headers, block, CRLF CRLF), uncompressed.
+    A WET body starts with the page's title line, as CommonCrawl's do (``title=None``: ``body`` as is)."""
+    if rtype == "conversion" and title is not None:
+        body = title.encode() + b"\n" + body
     headers = {
         "WARC-Type": rtype,
         "WARC-Target-URI": uri,

@@ -12,7 +12,7 @@ from conftest import gz, warc_record
 
 from pipeline.beam_pipeline import ReadAndDedup
 from pipeline.config import DedupConfig, ReadConfig
-from pipeline.dedup import Occurrences, duplicates, remove_paragraphs, removal_index
+from pipeline.dedup import Occurrences, duplicates, group_of, remove_paragraphs, removal_index
 from pipeline.documents import Drop
 from pipeline.normalize import paragraph_hash
 
@@ -24,7 +24,7 @@ FILES = [
     [("a", ["Titre A", BOILER, "Paragraphe propre à A, assez long pour rester.", SHARED]),
      ("b", ["Titre B", "ce site utilise des cookies. en savoir plus.", "Texte de C numéro 7."])],
     [("c", ["Titre C", BOILER.upper(), "Texte de C numéro 2.", SHARED, "Texte de C numéro 2."]),
-     ("d", ["Titre D", "Rien de commun."])],
+     ("d", ["Titre D", "Rien de commun.", "rien de commun."])],  # repeated inside one document only
 ]
 EXPECTED = {
     "drop_all": {
@@ -42,15 +42,23 @@ EXPECTED = {
 }
 
 
+GROUPS_OF_ONE_FILE = {  # drop_all with a dedup group per file: only copies inside each file count
+    "a": f"Titre A\nParagraphe propre à A, assez long pour rester.\n{SHARED}",
+    "b": "Titre B\nTexte de C numéro 7.",
+    "c": f"Titre C\n{BOILER.upper()}\nTexte de C numéro 2.\n{SHARED}",
+    "d": "Titre D\nRien de commun.",
+}
+
+
 def docs_of(file: list) -> list[dict]:
-    return [{"id": i, "text": "\n".join(lines)} for i, lines in file]
+    return [{"id": i, "text": "\n".join(lines), "nlines": len(lines)} for i, lines in file]
 
 
 def write_wet(root: Path) -> list[str]:
     paths = []
     for n, file in enumerate(FILES):
         path = root / f"f{n}.warc.wet.gz"
-        path.write_bytes(b"".join(gz(warc_record("\n".join(lines).encode(), record_id=i, uri=f"https://x.org/{i}"))
+        path.write_bytes(b"".join(gz(warc_record("\n".join(lines).encode(), record_id=i, uri=f"https://x.org/{i}", title=None))
                                   for i, lines in file))
         paths.append(str(path))
     return paths
@@ -74,7 +82,7 @@ def test_planted_duplicates_removed_exactly(policy, partitions):
 
 
 def test_occurrence_tables():
-    table = Occurrences.of(docs_of(FILES[0]))
+    table = Occurrences.of(docs_of(FILES[0][:2]))
     assert table.hashes.dtype == np.uint64 and len(table.hashes) == 7
     assert table.docs.tolist() == [0, 0, 0, 0, 1, 1, 1] and table.lines.tolist() == [0, 1, 2, 3, 0, 1, 2]
     assert int(table.hashes[1]) == paragraph_hash(BOILER) == int(table.hashes[5])
@@ -88,16 +96,30 @@ def test_remove_paragraphs_results():
     doc = docs_of(FILES[0])[0]
     kept = remove_paragraphs(doc, {1, 3}, min_length=0)
     assert kept["text"] == "Titre A\nParagraphe propre à A, assez long pour rester."
-    assert (kept["nlines"], kept["length"]) == (2, len(kept["text"]))
+    assert (kept["nlines"], kept["length"], kept["line_ids"]) == (2, len(kept["text"]), [0, 2])
+    assert remove_paragraphs(doc, (), 0)["line_ids"] == [0, 1, 2, 3]
     assert remove_paragraphs(doc, {0, 1, 2, 3}, 0) == Drop("all_paragraphs_duplicated")
     assert remove_paragraphs(doc, {1, 2, 3}, 100) == Drop("too_short")
 
 
-@pytest.mark.parametrize("policy", ["drop_all", "keep_first"])
-def test_beam_two_pass_dedup_on_wet_files(policy, tmp_path):
+def test_groups_are_runs_of_consecutive_files_as_ccnet_cuts_a_dump():
+    """CCNet: shard s holds segments s*n//1600 .. (s+1)*n//1600; a group is 50 shards."""
+    for n in (64000, 63999, 100, 5):
+        shard_starts = [s * n // 1600 for s in range(1600)]
+        for i in range(0, n, max(1, n // 997)):
+            shard = max(s for s, start in enumerate(shard_starts) if start <= i)
+            assert group_of(i, n, 32) == shard // 50, (n, i)
+    assert [group_of(i, 4, 2) for i in range(4)] == [0, 0, 1, 1]
+    assert [group_of(i, 3, 1) for i in range(3)] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("policy, groups", [("drop_all", 1), ("keep_first", 1), ("drop_all", 2)])
+def test_beam_two_pass_dedup_on_wet_files(policy, groups, tmp_path):
     paths = write_wet(tmp_path)
-    expected = [(k, v) for k, v in EXPECTED[policy].items() if len(v) >= 10]
+    wanted = EXPECTED[policy] if groups == 1 else GROUPS_OF_ONE_FILE
+    expected = [(k, v) for k, v in wanted.items() if len(v) >= 10]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         files = p | beam.Create(list(enumerate(paths)))
-        out = files | ReadAndDedup(ReadConfig(), DedupConfig(policy=policy, min_length=10), len(paths), False)
+        out = files | ReadAndDedup(ReadConfig(title=False), DedupConfig(policy=policy, min_length=10, groups=groups),
+                                   len(paths), False)
         assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))

@@ -40,11 +40,26 @@ def test_document_lines_are_joined_with_spaces(lid, sample):
 def test_thresholds_and_unknown(lid):
     ambiguous = {"text": "ok 123 ??? --"}
     strict = LanguageIdentifier(None, threshold=0.99, thresholds={"en": 0.1}, below_threshold="unknown")
-    _, score = lid.predict(ambiguous["text"])
+    _, score, _ = lid.predict(ambiguous["text"])
     assert score < 0.99
     assert LanguageIdentifier(None, 0.99, {}, "drop")(ambiguous) == Drop("below_threshold")
     assert strict(ambiguous)["lang"] in ("unknown", "en")
     assert strict({"text": "This is clearly an English sentence about the weather."})["lang"] == "en"
+
+
+def test_ccnet_rounds_the_score_before_the_threshold_and_deletes_newlines(lid):
+    """CCNet's Classifier: text.replace("\\n", ""), scores.round(2), then ``< threshold``."""
+    text = "Das ist ein\nSatz"
+    labels, scores = lid.model.predict(text.replace("\n", ""), k=1)
+    ccnet = LanguageIdentifier(None, 0.5, {}, "drop", newlines="delete", score_digits=2, threshold_on_rounded=True)
+    doc = ccnet({"text": text})
+    assert (doc["lang"], doc["lang_score"]) == (labels[0].removeprefix("__label__"), float(scores.round(2)[0]))
+    sentence = {"text": "Das ist ein Satz über das Wetter"}  # scored 0.9999969: rounds up to 1.0
+    score = float(lid.model.predict(sentence["text"], k=1)[1][0])
+    threshold = (score + 1.0) / 2
+    assert score < threshold < round(score, 2)
+    assert LanguageIdentifier(None, threshold, {}, "drop", "delete", 2, True)(sentence)["lang"] == "de"
+    assert LanguageIdentifier(None, threshold, {}, "drop", "delete", 2, False)(sentence) == Drop("below_threshold")
 
 
 def test_default_model_is_the_wheel_file():

@@ -43,9 +43,33 @@ def test_sample_wet_files_match_warcio(sample):
         docs = docs_of(ours)
         assert [(d["id"], d["url"]) for d in docs] == [(i, u) for i, u, _ in theirs]
         for doc, (_, _, text) in zip(docs, theirs):
-            assert doc["text"] == "\n".join(line.strip() for line in text.split("\n") if line.strip())
-            assert doc["original_length"] == len(text)
+            title, *lines = [line.strip() for line in text.splitlines()]
+            assert doc["title"] == title and doc["text"] == "\n".join(line for line in lines if line)
+            assert doc["content_length"] == len(text.encode()) and doc["original_length"] == len(doc["text"])
         assert sum(isinstance(r, Drop) and r.reason == "skipped_warcinfo" for r in ours) == 1
+
+
+def reader_lines(body: str, **options) -> tuple[str | None, str]:
+    [doc] = docs_of(RecordReader("x.warc.wet.gz", "wet", **options).read(io.BytesIO(gz(warc_record(body.encode(), title=None)))))
+    return doc["title"], doc["text"]
+
+
+def test_line_breaks_titles_and_empty_lines():
+    body = "The title\r\nline one\rline two\n\n  line three  \n"
+    assert reader_lines(body) == ("The title", "line one\nline two\nline three")
+    assert reader_lines(body, title=False) == (None, "The title\nline one\nline two\nline three")
+    # CCNet's raw_content: empty lines kept; a body ending without a line break gains an empty last
+    # line from the record separator, one ending with a line break does not
+    assert reader_lines(body, empty_lines=True) == ("The title", "line one\nline two\n\nline three")
+    assert reader_lines(body.rstrip("\n"), empty_lines=True) == ("The title", "line one\nline two\n\nline three\n")
+    assert reader_lines("Only a title\nx", empty_lines=True) == ("Only a title", "x\n")
+
+
+def test_short_documents_are_dropped_at_read_when_asked():
+    data = gz(warc_record(b"x" * 299)) + gz(warc_record(b"y" * 300))
+    assert len(docs_of(read(data))) == 2
+    short = list(RecordReader("x.warc.wet.gz", "wet", min_length=300).read(io.BytesIO(data)))
+    assert Drop("too_short") in short and [d["text"] for d in docs_of(short)] == ["y" * 300]
 
 
 def test_member_offsets_are_record_offsets(sample):
