@@ -75,6 +75,9 @@ def read_columns(path: str, *names: str) -> list[list[Any]]:
 
     try:
         table = read_shard(path)
+        if "raw_content" in table.column_names and "text" not in table.column_names:
+            raise UserError(f"corpus shard {path}: written with write.schema=ccnet (CCNet's fields); pretrain reads "
+                            "our schema: run the pipeline with --set write.schema=polyglot")
         return [table.column(name).to_pylist() for name in names]
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UserError(f"corpus shard {path}: cannot read it ({str(exc).splitlines()[0]})") from None

@@ -140,7 +140,7 @@ def test_cli_help_documents_every_option(capsys) -> None:
 
 
 def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
-    from pipeline.sinks import docs_to_table, write_table
+    from pipeline.sinks import docs_to_table, output_table, write_table
 
     corpus = tmp_path / "corpus"
     shutil.copytree(sample_corpus, corpus)
@@ -160,6 +160,9 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     err = capsys.readouterr().err
     assert str(shard) in err and err.count("\n") == 1
+    write_table(output_table(docs_to_table([{"id": "1", "text": "x", "lang": "de", "url": "https://a.b/", "source": "a.wet"}]), "ccnet"), str(shard), "arrow")
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+    assert "write.schema=ccnet" in capsys.readouterr().err
     with pytest.raises(UserError, match="too large"):
         train_tokenizer(sample_corpus, tmp_path / "big", vocab_size=500_000, sample_size=2000, languages=["en"])
     with pytest.raises(UserError, match="no lang=qq"):
