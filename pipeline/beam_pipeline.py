@@ -21,8 +21,8 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from . import dedup, fs, neardup, sinks, stats
-from .counting import MAIN, Counted, Counts, CountingDoFn, total_counts
 from .config import CorpusConfig, DedupConfig, LidConfig, PerplexityConfig, ReadConfig, WriteConfig
+from .counting import MAIN, Counted, CountingDoFn, Counts, total_counts
 from .documents import Document, Drop, Note, Rejected
 from .lid import LanguageIdentifier
 from .neardup import NearDedup

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from . import fs
 from .documents import Document, Drop, StepResult
 from .errors import UserError
-from . import fs
 
 LABEL_PREFIX = "__label__"
 NEWLINES = ("space", "delete")

@@ -12,7 +12,7 @@ from conftest import gz, warc_record
 
 from pipeline.beam_pipeline import ReadAndDedup
 from pipeline.config import DedupConfig, ReadConfig
-from pipeline.dedup import Occurrences, duplicates, group_of, remove_paragraphs, removal_index
+from pipeline.dedup import Occurrences, duplicates, group_of, removal_index, remove_paragraphs
 from pipeline.documents import Drop
 from pipeline.normalize import paragraph_hash
 

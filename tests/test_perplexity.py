@@ -11,8 +11,7 @@ from conftest import CCNET, SAMPLE_LANGS, split_reference
 
 from pipeline.errors import UserError
 from pipeline.normalize import normalize
-from pipeline.perplexity import (PerplexityScorer, bucket_of, check_models, document_perplexity, read_cutoffs,
-                                 write_cutoffs)
+from pipeline.perplexity import PerplexityScorer, bucket_of, check_models, document_perplexity, read_cutoffs, write_cutoffs
 
 
 def load(lms, lang):
