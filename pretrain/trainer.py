@@ -276,7 +276,8 @@ class Trainer:
         self.meta = {"model_config": self.model_cfg.to_dict(), "tokenizer_fingerprint": tokenizer.fingerprint,
                      "tokenizer_dir": str(Path(cfg.tokenizer).resolve()), "world_size": self.world_size,
                      "run_config": dataclasses.asdict(cfg)}
-        self.flops_per_token = flops_per_token(self.model_cfg, cfg.loader.seq_len)
+        self.flops_per_token = flops_per_token(self.model_cfg, cfg.loader.seq_len, cfg.loader.batch_size,
+                                               cfg.loader.mask_prob)
         self.device_peak = cfg.peak_flops or _default_peak()
 
         torch.manual_seed(cfg.seed)

@@ -131,8 +131,8 @@ def main() -> int:
                     f"hf={result['hf'] * 1e3:8.1f}ms  ratio sparse/hf={result['ours_sparse'] / result['hf']:.3f} "
                     f"dense/hf={result['ours_dense'] / result['hf']:.3f}  ours tokens/s={tokens / result['ours_sparse']:,.0f}")
             if peak:
-                achieved = flops_per_token(cfg, seq_len) * tokens / result["ours_sparse"]
-                hf_flops = flops_per_token(dataclasses.replace(cfg, sparse_mlm_head=False), seq_len) * tokens / result["hf"]
+                achieved = flops_per_token(cfg, seq_len, args.batch) * tokens / result["ours_sparse"]
+                hf_flops = flops_per_token(dataclasses.replace(cfg, sparse_mlm_head=False), seq_len, args.batch) * tokens / result["hf"]
                 line += f"  MFU ours={achieved / peak:.3f} hf(dense-head FLOPs)={hf_flops / peak:.3f}"
             print(line, flush=True)
             del ours, ours_dense, hf
