@@ -12,6 +12,7 @@ from .config import ModelConfig
 from .heads import (IGNORE, ClassifierOutput, ContextPooler, LMHead, PretrainOutput, RobertaClassificationHead,
                     accuracy, classifier_dropout, masked_lm_logits, mean_cross_entropy)
 from .layers import init_weights
+from .rtd import ReplacedTokenDetection
 
 ENCODER_NAMES = {"xlmr": "roberta", "deberta-v3": "deberta"}
 """The encoder's attribute (and state-dict prefix) per family, as in HF."""
@@ -99,8 +100,7 @@ class Classifier(EncoderHolder):
 def build_pretraining_model(cfg: ModelConfig) -> nn.Module:
     """MaskedLM (objective mlm) or ReplacedTokenDetection (deberta-v3, objective rtd), freshly initialised."""
     if cfg.objective == "rtd":
-        from .rtd import ReplacedTokenDetection
-        return ReplacedTokenDetection(cfg)
+        return ReplacedTokenDetection(cfg, MaskedLM(cfg.generator_config()))
     return MaskedLM(cfg)
 
 

@@ -21,7 +21,6 @@ from .config import ModelConfig
 from .deberta import DebertaModel
 from .heads import RTDHead, PretrainOutput, accuracy, mean_cross_entropy
 from .layers import init_weights
-from .modeling import MaskedLM
 
 
 class Discriminator(nn.Module):
@@ -41,12 +40,15 @@ def sample_tokens(logits: torch.Tensor) -> torch.Tensor:
 
 
 class ReplacedTokenDetection(nn.Module):
-    """Generator (MLM) + discriminator (RTD); ``forward`` returns their weighted loss and metrics."""
+    """Generator (MLM) + discriminator (RTD); ``forward`` returns their weighted loss and metrics.
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    ``generator``: the masked LM of ``cfg.generator_config()`` (``modeling.build_pretraining_model``
+    builds it), with ``masked_logits`` and ``word_embeddings``."""
+
+    def __init__(self, cfg: ModelConfig, generator: nn.Module) -> None:
         super().__init__()
         self.cfg = cfg
-        self.generator = MaskedLM(cfg.generator_config())
+        self.generator = generator
         self.discriminator = Discriminator(cfg)
         init_weights(self.discriminator, cfg.initializer_range)
         if cfg.gdes:
