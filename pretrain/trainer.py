@@ -39,7 +39,7 @@ class OptimizerConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0: no clipping)."""
     torch_adam: bool | None = None
-    """Use torch's AdamW rather than DeepSpeed's fused/CPU Adam (null: torch's on CPU, where DeepSpeed's would be compiled first)."""
+    """Use torch's AdamW (fused kernel on CUDA) rather than DeepSpeed's FusedAdam/CPU Adam (null: torch's on CPU, where DeepSpeed's would be compiled first)."""
 
 
 @dataclasses.dataclass
@@ -199,6 +199,8 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, 
     })
     if torch_adam:
         ds["zero_force_ds_cpu_optimizer"] = False
+        if torch.cuda.is_available():  # torch's fused AdamW: one kernel for all parameters
+            ds["optimizer"]["params"]["fused"] = True
     return ds
 
 

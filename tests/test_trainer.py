@@ -153,6 +153,28 @@ def test_zero_stages_train(stage: int, model: str, tmp_path: Path, single_rank: 
     assert (tmp_path / "run" / "checkpoints" / LATEST).read_text() == "step-10"
 
 
+@pytest.mark.parametrize("model", ["xlmr-tiny", pytest.param("mdeberta-tiny", marks=pytest.mark.slow)])
+def test_compiled_model_trains_like_the_eager_one(model: str, tmp_path: Path, single_rank: None,
+                                                  sample_tokenizer: Path, sample_tokens: Path) -> None:
+    """``compile: true`` (DeepSpeed's engine.compile, torch.compile with inductor) on CPU: the same
+    losses as eager to float tolerance (dropout off, so both compute the same function). RTD samples
+    its replacements from an RNG stream that compiled code draws differently, so there only the
+    first step's generator loss, computed before any sampling, must agree."""
+    config = yaml.safe_load((ROOT / "configs" / "models" / f"{model}.yaml").read_text(encoding="utf-8"))
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    losses = {}
+    for compiled in (False, True):
+        run = tmp_path / str(compiled)
+        trainer = trainer_for(run, sample_tokenizer, sample_tokens, model=str(tmp_path / "model.yaml"), steps=3,
+                              compile=compiled, output=str(run / "run"), loader={"seq_len": 64, "batch_size": 2})
+        trainer.train()
+        records = [r for _, r in sorted(read_metrics(run / "run" / "metrics.jsonl").items())]
+        losses[compiled] = [r["loss"] for r in records] if model == "xlmr-tiny" else [records[0]["gen_loss"]]
+        assert trainer.engine.is_compiled == compiled and len(records) == 3
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-4)
+
+
 def test_metrics_count_real_tokens_and_validate_per_language(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
                                                              sample_tokens: Path) -> None:
     trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, loader={"cross_document": False, "seq_len": 512, "languages": ["de", "en"]},
