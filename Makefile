@@ -30,6 +30,7 @@ bench: setup
 	$(PY) workflows/bench_models.py --configs xlmr-tiny,mdeberta-tiny --seq 128,512 --batch 8
 	$(PY) workflows/bench_models.py --configs xlmr-base --seq 128,512 --batch 4 --iters 3
 	$(PY) workflows/bench_trainer.py
+	$(PY) workflows/bench_gpu.py
 	$(PY) workflows/bench_xeval.py
 
 sdist: setup

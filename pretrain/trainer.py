@@ -371,13 +371,16 @@ class Trainer:
         sums: dict[str, Any] = {}
         tokens = 0
         for _ in range(self.accum):
-            batch = {k: v.to(engine.device) for k, v in next(batches).items()}
-            out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            host = next(batches)
+            tokens += int(host["attention_mask"].sum())  # on the host: no wait for the device
+            # packed rows without padding need no mask: attention may then take SDPA's flash kernel
+            mask = None if bool(host["attention_mask"].all()) else host["attention_mask"].to(engine.device)
+            batch = {k: v.to(engine.device, non_blocking=True) for k, v in host.items() if k != "attention_mask"}
+            out = engine(input_ids=batch["input_ids"], attention_mask=mask, labels=batch["labels"])
             engine.backward(out.loss)
             engine.step()
             for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
                 sums[key] = sums.get(key, 0.0) + value.float()
-            tokens += int(batch["attention_mask"].sum())
         keys = sorted(sums)
         totals = torch.stack([sums[k] for k in keys] + [torch.tensor(float(tokens), device=engine.device)]).double()
         dist.all_reduce(totals)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
 
-def ensure_data(work: Path) -> tuple[Path, Path]:
+def ensure_data(work: Path, vocab_size: int = 4000) -> tuple[Path, Path]:
     """(tokenizer dir, token shards dir) of the bundled sample, built under ``work`` if missing."""
     from pipeline.__main__ import main as pipeline_main
     from pretrain.shards import tokenize_corpus
@@ -42,7 +42,7 @@ def ensure_data(work: Path) -> tuple[Path, Path]:
         assert pipeline_main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--output", str(corpus),
                               "--set", "beam_options=[]", "--set", "write.shard_size_mb=0.25"]) == 0
     if not (tokenizer / "tokenizer_meta.json").is_file():
-        train_tokenizer(corpus, tokenizer, vocab_size=4000, sample_size=20_000, seed=0)
+        train_tokenizer(corpus, tokenizer, vocab_size=vocab_size, sample_size=20_000, seed=0)
     if not (tokens / "meta.json").is_file():
         tokenize_corpus(corpus, tokenizer, tokens, valid_fraction=0.02)
     return tokenizer, tokens
@@ -54,10 +54,11 @@ def our_stepper(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir
     from pretrain.trainer import Trainer, _single_process_env, load_run_config
 
     cfg = load_run_config(None, [
-        "model=xlmr-tiny", f"tokens={tokens}", f"tokenizer={tokenizer}", f"output={run_dir}",
+        f"model={args.model}", f"tokens={tokens}", f"tokenizer={tokenizer}", f"output={run_dir}",
         "deepspeed=configs/deepspeed/zero1.json", f"steps={args.steps}", f"loader.seq_len={args.seq_len}",
         f"loader.batch_size={args.batch}", "optimizer.lr=0.0005", "optimizer.torch_adam=true", "progress=false",
-        "tensorboard=false", "export_hf=false", "precision=fp32"])
+        "tensorboard=false", "export_hf=false", f"precision={args.precision}",
+        f"compile={str(args.compile).lower()}"])
     _single_process_env()
     trainer = Trainer(cfg, "bench")
     seen: list[dict] = []
@@ -69,21 +70,24 @@ def our_stepper(args: argparse.Namespace, tokenizer: Path, tokens: Path, run_dir
     return step, seen
 
 
-def hf_model_and_collator(tokenizer_dir: Path) -> tuple[Any, Any]:
-    """HF ``XLMRobertaForMaskedLM`` built from our xlmr-tiny config (seed 0) and run_mlm's collator."""
+def hf_model_and_collator(tokenizer_dir: Path, model: str = "xlmr-tiny") -> tuple[Any, Any]:
+    """HF's masked LM of our ``model`` config (``XLMRobertaForMaskedLM`` or ``DebertaV2ForMaskedLM``,
+    seed 0) and run_mlm's collator."""
     import torch
-    from transformers import DataCollatorForLanguageModeling, XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
+    from transformers import (DataCollatorForLanguageModeling, DebertaV2Config, DebertaV2ForMaskedLM, XLMRobertaConfig,
+                              XLMRobertaForMaskedLM, XLMRobertaTokenizer)
 
     from pretrain.models import load_model_config
     from pretrain.models.hf import hf_config
     from pretrain.tokenizer import Tokenizer
 
     vocab = Tokenizer.load(tokenizer_dir).vocab_size
-    config = XLMRobertaConfig(**hf_config(load_model_config("xlmr-tiny", overrides={"vocab_size": vocab})))
+    cfg = load_model_config(model, overrides={"vocab_size": vocab})
+    config_class, model_class = ((XLMRobertaConfig, XLMRobertaForMaskedLM) if cfg.arch == "xlmr"
+                                 else (DebertaV2Config, DebertaV2ForMaskedLM))
     torch.manual_seed(0)
-    model = XLMRobertaForMaskedLM(config).train()
-    return model, DataCollatorForLanguageModeling(XLMRobertaTokenizer.from_pretrained(str(tokenizer_dir)),
-                                                  mlm_probability=0.15)
+    hf = model_class(config_class(**hf_config(cfg))).train()
+    return hf, DataCollatorForLanguageModeling(XLMRobertaTokenizer.from_pretrained(str(tokenizer_dir)), mlm_probability=0.15)
 
 
 def unmasked(batch: dict) -> list[dict]:
@@ -100,7 +104,7 @@ def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    model, collator = hf_model_and_collator(tokenizer_dir)
+    model, collator = hf_model_and_collator(tokenizer_dir, args.model)
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
@@ -119,9 +123,10 @@ def hf_stepper(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict
 
 def hf_trainer_step_times(args: argparse.Namespace, tokenizer_dir: Path, batches: list[dict], out: Path) -> list[float]:
     """Seconds between consecutive optimizer steps of HF ``Trainer`` over the same sequences (its sampler shuffles them)."""
+    import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    model, collator = hf_model_and_collator(tokenizer_dir)
+    model, collator = hf_model_and_collator(tokenizer_dir, args.model)
     examples = [example for batch in batches for example in unmasked(batch)]
     ends: list[float] = []
 
@@ -132,21 +137,31 @@ def hf_trainer_step_times(args: argparse.Namespace, tokenizer_dir: Path, batches
     training = TrainingArguments(
         output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.batch, learning_rate=5e-4,
         adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, weight_decay=0.01, lr_scheduler_type="linear",
-        warmup_steps=0, max_grad_norm=1.0, logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+        warmup_steps=0, max_grad_norm=1.0, logging_strategy="no", save_strategy="no", report_to=[],
+        use_cpu=not torch.cuda.is_available(), bf16=args.precision == "bf16",
+        optim="adamw_torch_fused" if torch.cuda.is_available() else "adamw_torch",
         dataloader_num_workers=0, seed=0, disable_tqdm=True, ddp_find_unused_parameters=False)
     Trainer(model=model, args=training, train_dataset=examples, data_collator=collator,
             callbacks=[StepClock()]).train()
     return [b - a for a, b in zip(ends, ends[1:])]
 
 
+def add_arguments(parser: argparse.ArgumentParser, seq_len: int, batch: int, steps: int) -> None:
+    """The options this benchmark and bench_gpu.py share."""
+    parser.add_argument("--work", default="out/bench/trainer", help="cache of the sample corpus, tokenizer and shards")
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
+    parser.add_argument("--seq-len", type=int, default=seq_len)
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--compile", action="store_true", help="our trainer with compile: true")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", default="out/bench/trainer", help="cache of the sample corpus, tokenizer and shards")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
+    add_arguments(parser, seq_len=128, batch=8, steps=30)
     args = parser.parse_args()
+    args.model = "xlmr-tiny"
     tokenizer, tokens = ensure_data(Path(args.work))
     import torch
 

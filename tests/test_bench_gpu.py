@@ -1,0 +1,34 @@
+"""workflows/bench_gpu.py cannot rot: its code path runs here on the CPU with a tiny model."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[1] / "workflows" / "bench_gpu.py"
+
+
+def test_without_cuda_it_says_so_and_measures_nothing():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    run = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.count("\n") == 1 and "no CUDA device" in run.stdout, run
+
+
+def test_the_same_code_runs_on_the_cpu(tmp_path, sample_tokenizer, sample_tokens):
+    results = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--models", "xlmr-tiny", "mdeberta-tiny",
+                          "--seq-len", "64", "--batch", "2", "--steps", "3", "--warmup", "1", "--precision", "fp32",
+                          "--tokenizer", str(sample_tokenizer), "--tokens", str(sample_tokens), "--json", str(results)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(results.read_text())
+    assert [r["model"] for r in rows] == ["xlmr-tiny", "mdeberta-tiny"]
+    for row in rows:
+        assert row["ours"]["tokens_per_s"] > 0 and row["hf"]["tokens_per_s"] > 0 and row["flops_per_token"] > 0
+        assert row["ours"]["mfu"] is None and row["ratio_tokens_per_s"] > 0  # no peak FLOP/s on a CPU
+    assert "ours/HF" in run.stdout
