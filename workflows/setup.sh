@@ -13,6 +13,7 @@ KENLM_VERSION=0.3.0
 KENLM_BIN="$CACHE/kenlm-$KENLM_VERSION/bin"
 DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev libboost-thread-dev
       libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
+TEST_DEBS=(openssh-server pdsh)  # started by tests on 127.0.0.1: sshd + pdsh for the multi-node launch
 
 say() { echo "[setup] $*"; }
 
@@ -39,7 +40,7 @@ setup_venv() {
 
 missing_debs() {
   local missing=()
-  for p in "${DEBS[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   echo "${missing[@]:-}"
@@ -50,7 +51,7 @@ build_kenlm() {
     say "reusing KenLM binaries in $KENLM_BIN"
     return
   fi
-  local missing; missing=$(missing_debs)
+  local missing; missing=$(missing_debs "${DEBS[@]}")
   if [[ -n "$missing" ]]; then
     if [[ $(id -u) -ne 0 ]]; then
       echo "[setup] error: building KenLM needs these Debian packages: $missing (run: sudo apt-get install -y $missing)" >&2
@@ -71,6 +72,18 @@ build_kenlm() {
   cp "$src/build/bin/lmplz" "$src/build/bin/build_binary" "$KENLM_BIN/"
   rm -rf "$work"
   say "KenLM binaries in $KENLM_BIN"
+}
+
+install_test_tools() {
+  local missing; missing=$(missing_debs "${TEST_DEBS[@]}")
+  [[ -z "$missing" ]] && return
+  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+    say "not installing $missing (needs root and apt-get): the tests that use them skip"
+    return
+  fi
+  say "installing test tools: $missing"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null; } ||
+    say "could not install $missing: the tests that use them skip"
 }
 
 fetch_reference() {
@@ -95,5 +108,6 @@ fetch_reference() {
 setup_venv
 build_kenlm
 fetch_reference
+install_test_tools
 ln -sfn "$KENLM_BIN" "$VENV/kenlm-bin"
 say "ready: $VENV (KenLM binaries linked at $VENV/kenlm-bin)"

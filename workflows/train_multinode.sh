@@ -18,6 +18,14 @@
 #   GLOO_SOCKET_IFNAME=eth0      the same for gloo (CPU runs and torch's control plane)
 #   MASTER_ADDR / MASTER_PORT    rendezvous; the launcher uses the first host and 29500 (--master_addr/--master_port)
 #   OMP_NUM_THREADS=8            CPU threads per rank for data loading
+#   DS_ENV_FILE=/path/env        an env file of your own instead of .deepspeed_env (an absolute path works)
+# Options of this script (environment):
+#   SSH_PORT=2222                sshd's port on every host (the launcher's --ssh_port); other ssh options,
+#                                e.g. a key: PDSH_SSH_ARGS_APPEND="-i ~/.ssh/cluster_key" (pdsh passes them on)
+#   NO_SSH_CHECK=1               skip the launcher's `ssh <first host> hostname` check (it ignores
+#                                PDSH_SSH_ARGS_APPEND, so a key named only there fails it)
+#   NODE_RANK=<n>                no ssh at all: run this script on every node yourself, with its rank
+#                                (0 = the first host of the hostfile; MASTER_ADDR must then be set)
 # torchrun alternative (run on every node; NODE_RANK 0..NNODES-1, MASTER_ADDR = node 0):
 #   torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node 8 \
 #            --master_addr $MASTER_ADDR --master_port 29500 -m pretrain train --config CONFIG
@@ -30,5 +38,12 @@ cd "$(dirname "$0")/.."
 export NCCL_ASYNC_ERROR_HANDLING=${NCCL_ASYNC_ERROR_HANDLING:-1}
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "${DEEPSPEED:-.venv/bin/deepspeed}" --hostfile "$HOSTFILE" --master_port "${MASTER_PORT:-29500}" \
-    --no_local_rank --module pretrain train --config "$CONFIG" "$@"
+LAUNCH=(--hostfile "$HOSTFILE" --master_port "${MASTER_PORT:-29500}")
+[[ -n "${MASTER_ADDR:-}" ]] && LAUNCH+=(--master_addr "$MASTER_ADDR")
+[[ -n "${SSH_PORT:-}" ]] && LAUNCH+=(--ssh_port "$SSH_PORT")
+[[ "${NO_SSH_CHECK:-0}" == 1 ]] && LAUNCH+=(--no_ssh_check)
+if [[ -n "${NODE_RANK:-}" ]]; then
+  [[ -n "${MASTER_ADDR:-}" ]] || { echo "error: NODE_RANK needs MASTER_ADDR (the first host's address)" >&2; exit 2; }
+  LAUNCH+=(--no_ssh --node_rank "$NODE_RANK")
+fi
+exec "${DEEPSPEED:-.venv/bin/deepspeed}" "${LAUNCH[@]}" --no_local_rank --module pretrain train --config "$CONFIG" "$@"
