@@ -389,7 +389,7 @@ class Trainer:
         tokens_per_s = float(totals[-1]) / elapsed
         grad_norm = engine.get_global_grad_norm()
         return {**dict(zip(keys, values)), "lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm),
-                "step_time": elapsed, "tokens_per_s": tokens_per_s,
+                "step_time": elapsed, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token,
                 "mfu": mfu(self.flops_per_token, tokens_per_s, self.device_peak, self.world_size), **memory_gb()}
 
     def validate(self) -> dict[str, float]:
