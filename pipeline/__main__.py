@@ -45,6 +45,7 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
     lines.append("  buckets (documents): " + ", ".join(f"{b}={n}" for b, n in sorted(buckets.items())))
     lines.append(f"  shards: {shard_pattern(output, fmt)}  stats: {output}/stats.json  "
                  f"sampling: {output}/sampling.json  rejected: {output}/rejected/")
+    lines.append(f"  report: {output}/report/report.html")
     return "\n".join(lines)
 
 
@@ -60,6 +61,19 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         print(f"job built, not run: {report['built_only']}")
         return 0
     print(_summary(report, cfg.output, cfg.write.format))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from . import stores
+    from .report import REPORT, build
+
+    if extra:
+        raise UserError(f"unknown option or argument {extra[0]!r}")
+    out = args.out or f"{args.corpus.rstrip('/')}/{REPORT}"
+    stores.open_stores(args, {"CORPUS": args.corpus}, {"--out": out})
+    written = build(args.corpus, out)
+    print(f"corpus report: {next(p for p in written if p.endswith('report.html'))} (and report.md, {len(written) - 2} plots)")
     return 0
 
 
@@ -171,9 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     cut.add_argument("--out", required=True, help="cutoff.csv to write")
     cut.add_argument("--sample", type=int, default=100_000, help="at most this many documents per language (default 100000)")
     cut.add_argument("--seed", type=int, default=0, help="sampling seed")
+    rep = sub.add_parser(
+        "report", help="rebuild the corpus report (report.html, report.md, plots) from stats.json and sampling.json",
+        description="Write the corpus report of a pipeline output from its stats.json and sampling.json (and run.json): "
+                    "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
+    rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
+    rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
     from . import stores  # Beam's S3 options, imported with Beam only here
 
     stores.add_arguments(cut)
+    stores.add_arguments(rep)
     return parser
 
 
@@ -189,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         handler.addFilter(_quiet_beam)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs}
+    commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:
         return commands[args.command](args, extra)
     except UserError as exc:

@@ -34,7 +34,8 @@ NEAR_DUPLICATES = "near_duplicates"
 RECORD_SHARDS = 16
 ARTIFACTS = ("stats.json", "sampling.json")
 RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
-NOT_SHARDS = [".", "_", REJECTED, NEAR_DUPLICATES, *ARTIFACTS, RUN_FILE]
+REPORT = "report"  # the corpus report (pipeline/report.py)
+NOT_SHARDS = [".", "_", REJECTED, NEAR_DUPLICATES, REPORT, *ARTIFACTS, RUN_FILE]
 """Name prefixes of a corpus folder's entries that are not shards: ``ignore_prefixes`` for
 ``pyarrow.dataset.dataset(folder, format="ipc", partitioning="hive", ignore_prefixes=NOT_SHARDS)``."""
 CONFIG_SECTIONS = ("read", "dedup", "lid", "near_dedup", "perplexity", "write", "sampling")
@@ -203,6 +204,8 @@ class StepFn(CountingDoFn):
                 self.count(events.pop())
             if isinstance(result, Drop):
                 self.count(result.reason)
+                if doc.get("lang"):  # per language where the document has one (the report's funnel)
+                    self.count(f"{result.reason}/{doc['lang']}")
             else:
                 self.count("documents_out")
                 kept.append(result)
@@ -427,10 +430,39 @@ def corpus_summary(totals: Totals, quantiles: dict[str, list[float]]) -> dict[st
     return summary
 
 
-def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusConfig, n_files: int) -> None:
+def perplexity_report(bins: Bins, cutoffs: dict[str, list[float]] | None, cfg: PerplexityConfig) -> dict[str, Any]:
+    """Per scored language: its perplexity histogram (``[bin, documents]``, bin b holding
+    perplexities in [1.01^b, 1.01^(b+1))) and the head/tail cutoffs its buckets used."""
+    report: dict[str, Any] = {}
+    for (lang, b), count in sorted(bins.items()):
+        report.setdefault(lang, {"histogram": []})["histogram"].append([b, count])
+    for lang, entry in report.items():
+        if cutoffs and lang in cutoffs:
+            entry["cutoffs"] = {"head": cutoffs[lang][cfg.head], "tail": cutoffs[lang][cfg.tail]}
+    return {"bin_base": DECILE_BIN, "languages": report} if report else {}
+
+
+def versions() -> dict[str, str]:
+    """Python's and the installed versions of what shapes the corpus, as the worker writing stats.json has them."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("polyglot-corpus", "apache-beam", "pyarrow", "fastwarc", "resiliparse", "warcio", "fasttext-numpy2",
+                 "kenlm", "sentencepiece", "datasketch", "numpy"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusConfig, n_files: int,
+                    cutoffs: dict[str, list[float]] | None = None) -> None:
     """``sampling.json`` (weights over the configured buckets, and the corpus summary) and
-    ``stats.json`` (counters of every step, per-language totals, the config). Both depend only on
-    the input and config: what differs per run (runner, time) goes to run.json."""
+    ``stats.json`` (counters of every step, per-language totals, perplexity histograms and cutoffs,
+    the config). Both depend only on the input and config: what differs per run (runner, time)
+    goes to run.json."""
     totals, bins = corpus
     summary = corpus_summary(totals, perplexity_deciles(bins))
     counted: dict[str, dict[str, int]] = {}
@@ -447,7 +479,9 @@ def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusCo
         "input_files": n_files,
         "counters": counters,
         "languages": summary,
+        "perplexity": perplexity_report(bins, cutoffs, cfg.perplexity),
         "config": {name: vars(getattr(cfg, name)) for name in CONFIG_SECTIONS},
+        "versions": versions(),
     }, fs.join(cfg.output, "stats.json"))
 
 
@@ -485,4 +519,5 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], langua
     written = tables | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write)
     _ = rejected | "RejectedAsDicts" >> beam.Map(Rejected.to_dict) | "WriteRejected" >> WriteRecords(cfg.output, REJECTED)
     counters = total_counts(p)  # last: every counting step is in the graph by now
-    _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files))
+    _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files),
+                                                    cutoffs)

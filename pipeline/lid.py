@@ -81,6 +81,8 @@ class LanguageIdentifier:
         self.newline = " " if newlines == "space" else ""
         self.score_digits, self.threshold_on_rounded = score_digits, threshold_on_rounded
         self._model: Any = None
+        self.events: list[str] = []
+        """Counter names beside a drop (read and cleared by the DoFn)."""
 
     @property
     def model(self) -> Any:
@@ -106,6 +108,7 @@ class LanguageIdentifier:
         lang, score, rounded = self.predict(doc["text"])
         if (rounded if self.threshold_on_rounded else score) < self.thresholds.get(lang, self.threshold):
             if self.below_threshold == "drop":
+                self.events.append(f"below_threshold/{lang}")  # the language it was not sure enough of
                 return Drop("below_threshold")
             lang = "unknown"
         return {**doc, "lang": lang, "lang_score": rounded}

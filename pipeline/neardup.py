@@ -543,6 +543,10 @@ class CandidateEdges(CountingDoFn):
         yield from edges
 
 
+CLUSTER_SIZES = "neardup_cluster_sizes"
+"""stats.json counters step: near-duplicate clusters (2+ documents) by size."""
+
+
 class ApplyNearDup(CountingDoFn):
     """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
 
@@ -557,10 +561,14 @@ class ApplyNearDup(CountingDoFn):
             self.count("documents_in")
             if parents:
                 self.count("near_duplicate")
+                if doc.get("lang"):
+                    self.count(f"near_duplicate/{doc['lang']}")
                 if self.write_removed:
                     yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, min(parents)))
                 continue
             self.count("documents_out")
+            if sizes and sizes[0] > 1:  # one count per cluster: its kept document
+                self.count(str(sizes[0]), step=CLUSTER_SIZES)
             yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
 
 

@@ -12,12 +12,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
 from . import faults, fs, sinks, stores
-from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, RUN_FILE, build_pipeline
+from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, REPORT, RUN_FILE, build_pipeline
 from .config import CorpusConfig
 from .engines import check_engine, cloud_error, make_runner, pipeline_options
 from .errors import UserError
 from .lid import check_model
 from .perplexity import check_models, read_cutoffs
+from .report import build as build_report
 
 LOG = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def previous_outputs(output: str) -> list[str]:
     found += [p for fmt in ("arrow", "json") for p in fs.match_optional(sinks.shard_pattern(output, fmt))]
     found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
     found += fs.match_optional(fs.join(output, NEAR_DUPLICATES, "part-*"))
+    found += fs.match_optional(fs.join(output, REPORT, "*"))
     return found
 
 
@@ -51,7 +53,7 @@ def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
     replaced = set(plan["moves"])  # old files a new one replaces stay until then (and are not deleted after)
     fs.replace_tree([p for p in moves if fs.exists(p)], staging,
                     [fs.join(final, rel) for rel in plan["delete"] if rel not in replaced], final)
-    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES])
+    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES, REPORT])
 
 
 def recover(final: str) -> list[str]:
@@ -139,6 +141,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options}
     sinks.write_json(run, fs.join(cfg.output, RUN_FILE))
+    build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)
     with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}

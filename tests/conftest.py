@@ -207,3 +207,53 @@ def sample_corpus(tmp_path_factory) -> Path:
     assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--output", str(out),
                  "--set", "beam_options=[]", "--set", "write.shard_size_mb=0.25"]) == 0
     return out
+
+
+CHECK_SCRIPT = """<script>
+window.__errors = [];
+window.addEventListener("error", e => window.__errors.push(String(e.message || e.target.src || e.type)), true);
+window.addEventListener("load", () => {
+  const images = [...document.images];
+  const out = document.createElement("pre");
+  out.id = "__check";
+  out.textContent = JSON.stringify({images: images.length, broken: images.filter(i => !i.complete || i.naturalWidth === 0).length,
+    tables: document.querySelectorAll("table").length, errors: window.__errors});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def open_in_chromium(page: Path, screenshot: Path) -> dict:
+    """Open ``page`` in headless Chromium (Debian's ``chromium``): a full-page screenshot, and what
+    the page saw once loaded: its images, how many did not load (naturalWidth 0), its tables, and
+    the errors its window and the browser's console reported. Skips the test without Chromium."""
+    import html
+    import json as _json
+    import re
+    import shutil
+    import tempfile
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium not installed (Debian: chromium; workflows/setup.sh installs it as root)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+             "--disable-extensions", "--disable-background-networking", "--hide-scrollbars",
+             "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000"]
+    with tempfile.TemporaryDirectory() as profile:
+        checked = page.with_name(f".checked-{page.name}")
+        checked.write_text(page.read_text(encoding="utf-8").replace("</body>", CHECK_SCRIPT + "</body>"), encoding="utf-8")
+        try:
+            dom = subprocess.run([browser, *flags, f"--user-data-dir={profile}", "--dump-dom", checked.as_uri()],
+                                 capture_output=True, text=True, timeout=120)
+        finally:
+            checked.unlink()
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        shot = subprocess.run([browser, *flags, f"--user-data-dir={profile}", "--window-size=1280,2400",
+                               f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="__check">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stderr[-3000:]
+    result = _json.loads(html.unescape(found.group(1)))
+    result["console_errors"] = [line for line in dom.stderr.splitlines() + shot.stderr.splitlines()
+                                if "CONSOLE" in line and ("ERROR" in line or "Uncaught" in line)]
+    result["screenshot"] = screenshot.is_file() and screenshot.stat().st_size > 1000
+    return result

@@ -13,7 +13,7 @@ KENLM_VERSION=0.3.0
 KENLM_BIN="$CACHE/kenlm-$KENLM_VERSION/bin"
 DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev libboost-thread-dev
       libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
-TEST_DEBS=(openssh-server pdsh)  # started by tests on 127.0.0.1: sshd + pdsh for the multi-node launch
+TEST_DEBS=(openssh-server pdsh chromium)  # for tests: sshd + pdsh (multi-node launch), headless Chromium (reports)
 
 say() { echo "[setup] $*"; }
 

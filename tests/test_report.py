@@ -1,0 +1,90 @@
+"""The corpus report: written by every run, rebuilt by `pipeline report` from stats.json and
+sampling.json alone, on an older corpus too, and checked in headless Chromium."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, open_in_chromium
+
+from pipeline.__main__ import main
+from pipeline.perplexity import write_cutoffs
+
+PLOTS = ["funnel.png", "languages.png", "sampling.png", "perplexity.png", "neardup.png", "rejected.png"]
+SCREENSHOTS = ROOT / "out" / "screenshots"  # kept for a person to look at (CI artifacts)
+
+
+@pytest.fixture(scope="module")
+def corpus(sample, sample_lms, tmp_path_factory) -> Path:
+    """Two sample files, scored and bucketed, near-dup on with a low threshold so that clusters form."""
+    root = tmp_path_factory.mktemp("report")
+    inputs = root / "in"
+    inputs.mkdir()
+    for path in sorted((sample / "wet").glob("*.warc.wet.gz"))[:2]:
+        shutil.copy(path, inputs / path.name)
+    cutoffs = root / "cutoff.csv"
+    write_cutoffs({lang: [60.0 + 6 * p for p in range(100)] for lang in ("de", "en", "fr", "ru", "zh", "ar")}, str(cutoffs))
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.warc.wet.gz"),
+                 "--output", str(root / "corpus"), "--set", "beam_options=[]", "--set", f"perplexity.models={sample_lms}",
+                 "--set", f"perplexity.cutoffs={cutoffs}", "--set", "near_dedup.threshold=0.5"]) == 0
+    return root / "corpus"
+
+
+def test_every_run_writes_the_report(corpus):
+    report = corpus / "report"
+    assert sorted(p.name for p in report.iterdir()) == sorted([*PLOTS, "report.md", "report.html"])
+    page = (report / "report.html").read_text(encoding="utf-8")
+    assert page.count('src="data:image/png;base64,') == len(PLOTS) and "http" not in page.split("<body>")[0]
+    md = (report / "report.md").read_text(encoding="utf-8")
+    for plot in PLOTS:
+        assert f"]({plot})" in md and (report / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stats = json.loads((corpus / "stats.json").read_text())
+    clusters = stats["counters"]["neardup_cluster_sizes"]
+    assert clusters and sum(clusters.values()) == stats["counters"]["neardup"]["clusters"]
+    assert sum(int(size) * n - n for size, n in clusters.items()) == stats["counters"]["neardup"]["near_duplicate"]
+    ppl = stats["perplexity"]["languages"]
+    assert ppl["de"]["cutoffs"] == {"head": 60.0 + 6 * 30, "tail": 60.0 + 6 * 60} and "cutoffs" not in ppl["vi"]
+    assert sum(c for _, c in ppl["de"]["histogram"]) == stats["languages"]["de"]["documents"]
+    # the tables a reader needs: every stage, per-language drops, the sampling at other alphas, the cutoffs
+    assert "| after near-dup |" in md and "neardup: near_duplicate" in md and "q_i % (α=0.7)" in md
+    assert re.search(r"\| de \| \d+ \| \d+ \| 240 \| 420 \|", md), md
+    assert "| apache-beam |" in md
+
+
+def test_pipeline_report_rebuilds_it_from_stats_and_sampling_alone(corpus, tmp_path, capsys):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in ("stats.json", "sampling.json"):
+        shutil.copy(corpus / name, alone / name)
+    assert main(["report", str(alone)]) == 0
+    assert "report.html" in capsys.readouterr().out
+    for name in (*PLOTS, "report.md", "report.html"):
+        assert (alone / "report" / name).read_bytes() == (corpus / "report" / name).read_bytes(), name
+
+
+def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):
+    """stats.json from before the report (no histograms, per-language drops, cluster sizes, versions)."""
+    old = tmp_path / "old"
+    old.mkdir()
+    stats = json.loads((corpus / "stats.json").read_text())
+    for key in ("perplexity", "versions"):
+        del stats[key]
+    stats["counters"] = {step: {k: v for k, v in names.items() if "/" not in k}
+                         for step, names in stats["counters"].items() if step != "neardup_cluster_sizes"}
+    (old / "stats.json").write_text(json.dumps(stats))
+    shutil.copy(corpus / "sampling.json", old / "sampling.json")
+    assert main(["report", str(old), "--out", str(tmp_path / "out")]) == 0
+    assert "No document was scored" in (tmp_path / "out" / "report.md").read_text()
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stats.json: no such file" in err
+
+
+def test_the_report_in_a_browser(corpus):
+    seen = open_in_chromium(corpus / "report" / "report.html", SCREENSHOTS / "corpus-report.png")
+    assert seen["images"] == len(PLOTS) and seen["broken"] == 0, seen
+    assert seen["tables"] >= 9 and not seen["errors"] and not seen["console_errors"], seen
+    assert seen["screenshot"]
