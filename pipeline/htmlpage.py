@@ -8,14 +8,17 @@ import base64
 import dataclasses
 import html
 import io
+import re
 from typing import Any
 
 from . import fs
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0}"
-         "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
+         "td,th{border:1px solid #bbb;padding:2px 6px;text-align:left}td.n{text-align:right}"
          "img{max-width:100%}.warn{background:#fee;border:1px solid #c00;padding:.5em}"
          "figcaption{color:#555;font-size:small}")
+
+NUMBER = re.compile(r"[-+]?[\d,.]+( ± [\d,.]+)?%?|–")  # cells right-aligned in HTML tables
 
 
 @dataclasses.dataclass
@@ -45,7 +48,8 @@ def markdown_table(table: Table) -> list[str]:
 
 def html_table(table: Table) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    body = "".join("<tr>" + "".join(f'<td class="n">{html.escape(c)}</td>' if NUMBER.fullmatch(c) else
+                                    f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
     caption = f"<caption>{html.escape(table.caption)}</caption>" if table.caption else ""
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

@@ -130,8 +130,9 @@ def test_reports(run: Path, tmp_path: Path) -> None:
     import matplotlib.image
 
     md = (run / "report.md").read_text()
-    assert md.splitlines()[2].startswith("> **") and md.splitlines()[2].endswith(": hand-made format fixtures, not XNLI**")
-    assert "XLM-R base (published), test | 85.8" in md and "mDeBERTa-v3 base (model card, dev), dev | 88.2" in md
+    assert "> **" in md and ": hand-made format fixtures, not XNLI**" in md
+    assert "| XLM-R base (published), test | 85.8 |" in md and "| mDeBERTa-v3 base (published), test | 88.2 |" in md
+    assert "He et al. 2021 (DeBERTaV3), Table 6" in md and "calls them dev results" in md
     parser = _Parser()
     parser.feed((run / "report.html").read_text())
     assert "table" in parser.tags and len(parser.images) == 2
@@ -149,6 +150,63 @@ def test_reports(run: Path, tmp_path: Path) -> None:
     compared = (tmp_path / "cmp" / "report.md").read_text()
     assert "| first (ours, 2 seeds, test) |" in compared and "| second (ours, 2 seeds, test) |" in compared
     assert (tmp_path / "cmp" / "report.html").is_file() and _png_size(tmp_path / "cmp" / "gap.png")[0] > 300
+
+
+def fifteen_language_run(results: dict) -> dict:
+    """The fixture run as if it were XNLI in all 15 languages, 8 of 12 test examples right in each
+    (predictions spread over two labels)."""
+    from xeval.data import XNLI_LANGUAGES
+
+    run = json.loads(json.dumps(results))
+    run["data"]["name"], run["data"]["note"] = "XNLI", ""
+    run["languages"] = list(XNLI_LANGUAGES)
+    for seed in run["seeds"]:
+        seed["test"] = {lang: {"accuracy": 8 / 12, "n": 12, "confusion": [[4, 0, 0], [0, 4, 0], [2, 2, 0]]}
+                        for lang in XNLI_LANGUAGES}
+    return run
+
+
+def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp_path: Path) -> None:
+    from xeval.report import load_results, render
+
+    fixture = load_results(str(run))
+    full = fifteen_language_run(fixture)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "results.json").write_text(json.dumps({k: v for k, v in full.items() if k != "summary"}))
+    render([load_results(str(tmp_path / "full")), fixture], tmp_path / "report", names=["full", "fixtures"])
+    md = (tmp_path / "report" / "report.md").read_text()
+    main_table, rest = md.split("## Runs not comparable with the published results")
+    assert "| full (ours, 2 seeds, test) |" in main_table and "| XLM-R base (published), test |" in main_table
+    assert "fixtures (ours" not in main_table  # 6 languages of a hand-made set: its own table only
+    assert "| fixtures (ours, 2 seeds, test) |" in rest.split("## Published rows")[0]
+    assert "6 languages, missing es, el, bg, ru, tr, vi, th, hi, ur" in rest and "not XNLI" in rest
+    row = next(line for line in main_table.splitlines() if line.startswith("| full (ours"))
+    assert row.rstrip(" |").endswith("66.7 ± 0.0")  # averaged over the 15 languages
+
+
+def test_a_run_at_chance_says_so(run: Path, tmp_path: Path) -> None:
+    from xeval.report import load_results, render, summarize
+
+    results = load_results(str(run))
+    for seed in results["seeds"]:
+        for scores in seed["test"].values():  # every example predicted "neutral"
+            scores["confusion"] = [[0, sum(row), 0] for row in scores["confusion"]]
+            scores["accuracy"] = scores["confusion"][1][1] / scores["n"]
+    results["summary"] = summarize(results)
+    render([results], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "predict (nearly) one label for every example" in md and "within noise of chance" in md
+    assert "| % predicted entailment | % predicted neutral |" in md.replace("| run | seed ", "|")
+    assert "| 0.0 | 100.0 | 0.0 |" in md
+
+
+def test_the_report_in_a_browser(run: Path) -> None:
+    from conftest import ROOT, open_in_chromium
+
+    seen = open_in_chromium(run / "report.html", ROOT / "out" / "screenshots" / "xnli-report.png")
+    assert seen["images"] == 2 and seen["broken"] == 0, seen
+    assert seen["tables"] >= 5 and not seen["errors"] and not seen["console_errors"], seen
+    assert seen["screenshot"]
 
 
 def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:

@@ -8,14 +8,13 @@ the mean of the other languages.
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
+from pipeline.htmlpage import Section, Table, png, pyplot, write_report
 
 from .data import XNLI_LANGUAGES
 
@@ -64,6 +63,10 @@ def load_results(path: str) -> dict[str, Any]:
     return results
 
 
+CHANCE = 1 / 3  # three balanced classes
+CONSTANT_SHARE = 0.95  # a seed whose predictions are this much one label predicts (nearly) a constant
+
+
 def _name(results: dict[str, Any], index: int) -> str:
     model = Path(results["model"].get("path", f"run {index + 1}")).name
     return f"{model} ({results['data']['name']})" if results["data"]["name"] != "XNLI" else model
@@ -73,101 +76,162 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def _rows(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> list[list[str]]:
-    """The accuracy table: one row per run (mean ± std), then the published rows."""
-    rows = []
-    for name, run in zip(names, runs):
-        s = run["summary"]
-        cells = [f"{_pct(s['test'][lang]['mean'])} ± {_pct(s['test'][lang]['std'])}" if lang in s["test"] else "–"
-                 for lang in langs]
-        rows.append([f"{name} (ours, {len(run['seeds'])} seeds, test)", *cells,
-                     f"{_pct(s['average']['mean'])} ± {_pct(s['average']['std'])}"])
-    for row in json.loads(PUBLISHED.read_text(encoding="utf-8"))["rows"]:
-        cells = [f"{row['accuracy'][lang]:.1f}" for lang in langs]
-        rows.append([f"{row['name']}, {row['split']}", *cells, f"{sum(row['accuracy'][lang] for lang in langs) / len(langs):.1f}"])
-    return rows
+def setting_of(run: dict[str, Any]) -> str:
+    return "translate-train-all" if run["mode"] == "translate-train-all" else "zero-shot"
 
 
-def _gap_rows(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> list[list[str]]:
-    rows = []
-    for name, run in zip(names, runs):
-        gap = run["summary"].get("gap", {})
-        rows.append([name, *[f"{100 * gap[lang]:.1f}" if lang in gap else "–" for lang in langs if lang != "en"],
-                     f"{100 * run['summary'].get('average_gap', 0.0):.1f}"])
-    for row in json.loads(PUBLISHED.read_text(encoding="utf-8"))["rows"]:
-        acc = row["accuracy"]
-        others = [lang for lang in langs if lang != "en"]
-        rows.append([f"{row['name']}, {row['split']}", *[f"{acc['en'] - acc[lang]:.1f}" for lang in others],
-                     f"{acc['en'] - sum(acc[lang] for lang in others) / max(1, len(others)):.1f}"])
-    return rows
+def why_not_comparable(run: dict[str, Any]) -> str:
+    """Why a run's average cannot stand beside the published test averages ("" if it can)."""
+    reasons = []
+    if run["data"]["name"] != "XNLI":
+        reasons.append(f"data set {run['data']['name']}, not XNLI")
+    if setting_of(run) != "zero-shot":
+        reasons.append(f"setting {setting_of(run)}")
+    missing = [lang for lang in XNLI_LANGUAGES if lang not in run["languages"]]
+    if missing:
+        reasons.append(f"{len(run['languages'])} languages, missing {', '.join(missing)}")
+    return "; ".join(reasons)
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+def predicted_shares(seed: dict[str, Any]) -> list[float]:
+    """Share of each label among a seed's test predictions over every language (confusion columns)."""
+    totals = [0, 0, 0]
+    for scores in seed["test"].values():
+        for row in scores["confusion"]:
+            totals = [t + c for t, c in zip(totals, row)]
+    n = sum(totals) or 1
+    return [t / n for t in totals]
 
 
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def chance_warnings(name: str, run: dict[str, Any]) -> list[str]:
+    """A run that learned nothing says so: (nearly) constant predictions, or accuracy within noise of chance."""
+    warnings = []
+    constant = [seed["seed"] for seed in run["seeds"] if max(predicted_shares(seed)) >= CONSTANT_SHARE]
+    if constant:
+        warnings.append(f"{name}: seeds {', '.join(map(str, constant))} predict (nearly) one label for every "
+                        "example: the model learned nothing usable")
+    n = sum(scores["n"] for seed in run["seeds"] for scores in seed["test"].values())
+    accuracy = run["summary"]["average"]["mean"]
+    noise = 2 * math.sqrt(CHANCE * (1 - CHANCE) / max(n, 1))
+    if abs(accuracy - CHANCE) <= noise:
+        warnings.append(f"{name}: accuracy {_pct(accuracy)} % is within noise of chance ({_pct(CHANCE)} % ± "
+                        f"{_pct(noise)} over {n} test predictions)")
+    return warnings
 
 
-def _bar_chart(path: Path, labels: list[str], series: list[tuple[str, list[float], list[float] | None]],
-               ylabel: str, title: str) -> None:
+def _our_row(name: str, run: dict[str, Any], langs: list[str]) -> list[str]:
+    s = run["summary"]
+    cells = [f"{_pct(s['test'][lang]['mean'])} ± {_pct(s['test'][lang]['std'])}" if lang in s["test"] else "–" for lang in langs]
+    return [f"{name} (ours, {len(run['seeds'])} seeds, test)", *cells, f"{_pct(s['average']['mean'])} ± {_pct(s['average']['std'])}"]
+
+
+def _published_row(row: dict[str, Any], langs: list[str]) -> list[str]:
+    return [f"{row['name']}, {row['split']}", *[f"{row['accuracy'][lang]:.1f}" for lang in langs],
+            f"{sum(row['accuracy'][lang] for lang in langs) / len(langs):.1f}"]
+
+
+def _gap_row(name: str, per_lang: dict[str, float], langs: list[str]) -> list[str]:
+    others = [lang for lang in langs if lang != "en"]
+    gaps = [per_lang["en"] - per_lang[lang] for lang in others]
+    return [name, *[f"{g:.1f}" for g in gaps], f"{sum(gaps) / max(1, len(gaps)):.1f}"]
+
+
+def published_rows() -> list[dict[str, Any]]:
+    return json.loads(PUBLISHED.read_text(encoding="utf-8"))["rows"]
+
+
+def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Section]:
+    """Our rows beside the published ones only where comparable (XNLI test, zero-shot, the 15
+    languages); every other run in a table of its own, averaged over its own languages."""
+    langs = list(XNLI_LANGUAGES)
+    published = [row for row in published_rows() if row["split"] == "test" and row["setting"] == "zero-shot"]
+    comparable = [(n, r) for n, r in zip(names, runs) if not why_not_comparable(r)]
+    others = [(n, r) for n, r in zip(names, runs) if why_not_comparable(r)]
+    header = ["model", *langs, "avg (15)"]
+    rows = [_our_row(n, r, langs) for n, r in comparable] + [_published_row(row, langs) for row in published]
+    gap_rows = [_gap_row(n, {lang: 100 * r["summary"]["test"][lang]["mean"] for lang in langs}, langs) for n, r in comparable]
+    gap_rows += [_gap_row(row["name"], row["accuracy"], langs) for row in published]
+    sections = [Section("Test accuracy (%): our runs beside the published results", paragraphs=[
+        "XNLI test set, zero-shot cross-lingual transfer (fine-tuned on English, model selected on English dev), "
+        "averages over the same 15 languages. Our cells: mean ± standard deviation over seeds."],
+        tables=[Table(header, rows), Table(["model", *[lang for lang in langs if lang != "en"], "avg gap"], gap_rows,
+                                           "Transfer gap: English minus language (points)")])]
+    if others:
+        other_langs = [lang for lang in langs if any(lang in r["languages"] for _, r in others)]
+        rows = [[*_our_row(n, r, other_langs), why_not_comparable(r)] for n, r in others]
+        sections.append(Section("Runs not comparable with the published results", paragraphs=[
+            "These runs differ from the published rows in data set, setting or languages: their averages are over "
+            "their own languages and are never shown beside, or averaged with, the published ones."],
+            tables=[Table(["model", *other_langs, "avg (own languages)", "why not comparable"], rows)]))
+    sections.append(Section("Published rows", tables=[Table(
+        ["row", "source", "split", "setting", "average", "note"],
+        [[row["name"], row["source"], row["split"], f"{row['setting']} ({row['setting_detail']})", f"{row['average']:.1f}",
+          row.get("note", "")] for row in published_rows()])]))
+    return sections
+
+
+def _bar_chart(labels: list[str], series: list[tuple[str, list[float], list[float] | None]], ylabel: str, title: str,
+               chance: float | None = None) -> bytes:
     """Grouped bars, one group per label and one bar per (name, values, error bars or None) series."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    plt = pyplot()
     x = np.arange(len(labels))
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6, len(labels) * 0.7), 4))
     for i, (name, values, errors) in enumerate(series):
         ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, yerr=errors, capsize=3, label=name)
     ax.axhline(0, color="black", linewidth=0.5)
+    if chance is not None:
+        ax.axhline(chance, color="#c0392b", linestyle="--", linewidth=1, label=f"chance ({chance:.1f} %)")
     ax.set_xticks(x, labels)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    return png(fig)
 
 
-def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str], out: Path) -> list[str]:
-    """accuracy.png (per-language bars, error bars = std over seeds) and gap.png (English minus language)."""
+def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> list[tuple[str, bytes]]:
+    """accuracy.png (per-language bars, error bars = std over seeds, a chance line) and gap.png."""
     nan = float("nan")
     accuracy = [(name, [100 * run["summary"]["test"].get(lang, {"mean": nan})["mean"] for lang in langs],
                  [100 * run["summary"]["test"].get(lang, {"std": 0.0})["std"] for lang in langs])
                 for name, run in zip(names, runs)]
-    _bar_chart(out / "accuracy.png", langs, accuracy, "test accuracy (%)", "Accuracy per language (mean ± std over seeds)")
     others = [lang for lang in langs if lang != "en"]
     gaps = [(name, [100 * run["summary"].get("gap", {}).get(lang, nan) for lang in others], None)
             for name, run in zip(names, runs)]
-    _bar_chart(out / "gap.png", others, gaps, "English minus language (points)", "Cross-lingual transfer gap")
-    return ["accuracy.png", "gap.png"]
+    return [("accuracy.png", _bar_chart(langs, accuracy, "test accuracy (%)", "Accuracy per language (mean ± std over seeds)",
+                                        chance=100 * CHANCE)),
+            ("gap.png", _bar_chart(others, gaps, "English minus language (points)", "Cross-lingual transfer gap"))]
 
 
-def _notes(runs: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """One line per run: data (with its note), model, mode, selection, hyperparameters."""
-    lines = []
+def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
+    """What each of our rows is: data, split, seeds, selection and checkpoints, languages, predictions."""
+    rows, predictions = [], []
     for name, run in zip(names, runs):
         data, cfg, sel = run["data"], run["config"], run["selection"]
-        picked = ", ".join(f"seed {s['seed']}: epoch {s['selected']['epoch']} step {s['selected']['step']} "
+        picked = "; ".join(f"seed {s['seed']}: epoch {s['selected']['epoch']} step {s['selected']['step']} "
                            f"(dev {_pct(s['selected']['score'])})" for s in run["seeds"])
-        note = f" **{data['note']}**" if data.get("note") else ""
+        missing = [lang for lang in XNLI_LANGUAGES if lang not in run["languages"]]
         files = [f for split in data["files"].values() for f in split]
-        left_out = (f" Left out while reading: {sum(f['skipped_no_label'] for f in files)} unlabeled, "
-                    f"{sum(f['malformed'] for f in files)} malformed.")
-        lines.append(f"{name}: data {data['name']} ({data['root']}){note}; mode {run['mode']}, trained on "
-                     f"{', '.join(data['train_languages'])}; model {run['model'].get('path')} "
-                     f"(engine {run['model'].get('engine')}, {run['model'].get('class')}); selection on "
-                     f"{sel['split']} {', '.join(sel['languages'])}: {picked}; lr {cfg['learning_rate']}, "
-                     f"epochs {cfg['epochs']}, batch {cfg['batch_size']}, max length {cfg['max_length']}, "
-                     f"warmup {cfg['warmup']}, seeds {', '.join(map(str, cfg['seeds']))}.{left_out}")
-    return lines
+        rows.append([name, f"{data['name']} ({data['root']})" + (f": {data['note']}" if data.get("note") else ""),
+                     f"train {', '.join(data['train_languages'])}; test", setting_of(run),
+                     ", ".join(map(str, cfg["seeds"])),
+                     f"{sel['split']} {', '.join(sel['languages'])}, highest mean accuracy; {picked}",
+                     "all 15" if not missing else f"{len(run['languages'])}, missing {', '.join(missing)}",
+                     f"{run['model'].get('path')} ({run['model'].get('engine')}); lr {cfg['learning_rate']}, "
+                     f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, max length {cfg['max_length']}; left out while "
+                     f"reading: {sum(f['skipped_no_label'] for f in files)} unlabeled, {sum(f['malformed'] for f in files)} malformed"])
+        for seed in run["seeds"]:
+            shares = predicted_shares(seed)
+            predictions.append([name, str(seed["seed"]), *[_pct(v) for v in shares],
+                                _pct(sum(t["accuracy"] for t in seed["test"].values()) / len(seed["test"]))])
+    return Section("Runs", tables=[
+        Table(["run", "data", "splits", "setting", "seeds", "selection (checkpoint per seed)", "languages", "model, training"],
+              rows),
+        Table(["run", "seed", *[f"% predicted {label}" for label in run["labels"]], "test accuracy (avg)"], predictions,
+              "Predicted labels on the test sets (all languages): a model that learned nothing predicts one label")])
 
 
 def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None) -> None:
@@ -175,41 +239,13 @@ def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None
     out.mkdir(parents=True, exist_ok=True)
     names = names or [_name(run, i) for i, run in enumerate(runs)]
     langs = [lang for lang in XNLI_LANGUAGES if any(lang in run["languages"] for run in runs)]
-    header = ["model", *langs, "avg"]
-    rows = _rows(runs, names, langs)
-    gap_header = ["model", *[lang for lang in langs if lang != "en"], "avg gap"]
-    gap_rows = _gap_rows(runs, names, langs) if "en" in langs else []
-    plots = _plots(runs, names, langs, out)
-    notes = _notes(runs, names)
     warnings = [f"{name}: {run['data']['note']}" for name, run in zip(names, runs) if run["data"].get("note")]
-    published_note = ("Published rows: XLM-R base and large from the XLM-R paper (Conneau et al. 2020, Table 1, "
-                      "cross-lingual transfer, **test** set); mDeBERTa-v3 base from its model card (**dev** set). "
-                      "Averages of published rows are over the languages shown.")
+    warnings += [w for name, run in zip(names, runs) for w in chance_warnings(name, run)]
     datasets = sorted({run["data"]["name"] for run in runs})
     title = f"{' / '.join(datasets)} cross-lingual transfer report" + ("" if datasets == ["XNLI"] else " (not XNLI)")
-    md = [f"# {title}", ""]
-    md += [f"> **{w}**" for w in warnings] + ([""] if warnings else [])
-    md += ["## Test accuracy (%)", "", *_markdown_table(header, rows), "", published_note, ""]
-    if gap_rows:
-        md += ["## Transfer gap (English minus language, points)", "", *_markdown_table(gap_header, gap_rows), ""]
-    md += ["## Plots", "", *[f"![{p}]({p})" for p in plots], "", "## Runs", "", *[f"- {n}" for n in notes], ""]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
-    images = "".join(f'<figure><img alt="{p}" src="data:image/png;base64,'
-                     f'{base64.b64encode((out / p).read_bytes()).decode()}"><figcaption>{p}</figcaption></figure>'
-                     for p in plots)
-    page = ["<!DOCTYPE html>", f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}td:first-child{text-align:left}"
-            ".warn{background:#fee;border:1px solid #c00;padding:.5em}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1>",
-            *[f'<p class="warn"><strong>{html.escape(w)}</strong></p>' for w in warnings],
-            "<h2>Test accuracy (%)</h2>", _html_table(header, rows),
-            f"<p>{html.escape(published_note.replace('**', ''))}</p>"]
-    if gap_rows:
-        page += ["<h2>Transfer gap (English minus language, points)</h2>", _html_table(gap_header, gap_rows)]
-    page += ["<h2>Plots</h2>", images, "<h2>Runs</h2><ul>",
-             *[f"<li>{html.escape(n.replace('**', ''))}</li>" for n in notes], "</ul></body></html>"]
-    (out / "report.html").write_text("\n".join(page) + "\n", encoding="utf-8")
+    sections = [Section("Warnings", warnings=warnings)] if warnings else []
+    sections += [*accuracy_sections(runs, names), Section("Plots", plots=_plots(runs, names, langs)), runs_section(runs, names)]
+    write_report(str(out), title, sections)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
