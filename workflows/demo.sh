@@ -114,6 +114,7 @@ echo "  corpus shards     $OUT/corpus/lang=<lang>/bucket=<head|middle|tail>/part
 echo "  statistics        $OUT/corpus/stats.json"
 echo "  sampling weights  $OUT/corpus/sampling.json"
 echo "  rejected records  $OUT/corpus/rejected/"
+echo "  corpus report     $OUT/corpus/report/report.html (report.md, *.png)"
 echo "  tokenizer         $OUT/tokenizer/ (sentencepiece.bpe.model, spm.model, tokenizer_meta.json)"
 echo "  token shards      $OUT/tokens/ (meta.json, lang=<lang>/bucket=<b>/part-N/)"
 echo "  pretraining run   $RUN/ (checkpoints/, metrics.jsonl, tensorboard/)"
