@@ -296,6 +296,7 @@ class Trainer:
         self.run_dir = Path(cfg.output)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.intervals.keep, self.rank, self.world_size)
         self.step = 0
+        self.interval = {"start": 0.0, "steps": 0, "tokens": 0}  # the steps since the last metrics record
 
     def resume(self, tag: str | None) -> None:
         """Load a checkpoint (``latest`` when ``tag`` is None): weights, optimizer, schedule, loader, RNG, step.
@@ -339,10 +340,11 @@ class Trainer:
         batches = iter(self.loader)
         try:
             while self.step < cfg.steps:
-                record = self._train_step(batches)
+                logged = (self.step + 1) % cfg.intervals.log == 0 or self.step + 1 == cfg.steps
+                record = self._train_step(batches, read=logged)
                 self.step += 1
                 last = self.step == cfg.steps
-                if self.step % cfg.intervals.log == 0 or last:
+                if logged:
                     logger.log(self.step, record)
                 if (cfg.intervals.validate and self.step % cfg.intervals.validate == 0) or last:
                     logger.log(self.step, self.validate())
@@ -357,14 +359,18 @@ class Trainer:
             export(str(self.run_dir / "checkpoints"), None, str(self.run_dir / "hf"))
         return record
 
-    def _train_step(self, batches: Iterator[dict[str, Any]]) -> dict[str, Any]:
-        """One optimizer step of ``accum`` micro batches; the record is averaged over micro batches and ranks."""
+    def _train_step(self, batches: Iterator[dict[str, Any]], read: bool = True) -> dict[str, Any]:
+        """One optimizer step of ``accum`` micro batches. With ``read`` (a log step) it returns the
+        record: this step's losses and metrics averaged over micro batches and ranks, and the time
+        and tokens/s of the steps since the last record. Without, nothing is read back from the
+        device (no sync: the GPU runs ahead) and the record is empty."""
         import deepspeed.comm as dist
         import torch
 
         from pretrain.metrics import memory_gb, mfu
 
-        start = time.perf_counter()
+        if self.interval["steps"] == 0:
+            self.interval["start"] = time.perf_counter()
         engine = self.engine
         engine.train()
         lr = engine.get_lr()[0]
@@ -381,15 +387,22 @@ class Trainer:
             engine.step()
             for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
                 sums[key] = sums.get(key, 0.0) + value.float()
+        self.interval["steps"] += 1
+        self.interval["tokens"] += tokens
+        if not read:
+            return {}
         keys = sorted(sums)
-        totals = torch.stack([sums[k] for k in keys] + [torch.tensor(float(tokens), device=engine.device)]).double()
+        interval_tokens = torch.tensor(float(self.interval["tokens"]), device=engine.device)
+        totals = torch.stack([sums[k] for k in keys] + [interval_tokens]).double()
         dist.all_reduce(totals)
-        elapsed = time.perf_counter() - start
-        values = (totals[:-1] / (self.accum * self.world_size)).tolist()
+        values = (totals[:-1] / (self.accum * self.world_size)).tolist()  # the sync: the device finishes here
+        elapsed = time.perf_counter() - self.interval["start"]
         tokens_per_s = float(totals[-1]) / elapsed
+        step_time = elapsed / self.interval["steps"]
+        self.interval = {"start": 0.0, "steps": 0, "tokens": 0}
         grad_norm = engine.get_global_grad_norm()
         return {**dict(zip(keys, values)), "lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm),
-                "step_time": elapsed, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token,
+                "step_time": step_time, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token,
                 "mfu": mfu(self.flops_per_token, tokens_per_s, self.device_peak, self.world_size), **memory_gb()}
 
     def validate(self) -> dict[str, float]:

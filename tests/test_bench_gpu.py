@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,13 +10,15 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parents[1] / "workflows" / "bench_gpu.py"
+LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}  # not the in-process trainer tests' world
 
 
 def test_without_cuda_it_says_so_and_measures_nothing():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
-    run = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
     assert run.returncode == 0 and run.stdout.count("\n") == 1 and "no CUDA device" in run.stdout, run
 
 
@@ -24,7 +27,7 @@ def test_the_same_code_runs_on_the_cpu(tmp_path, sample_tokenizer, sample_tokens
     run = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--models", "xlmr-tiny", "mdeberta-tiny",
                           "--seq-len", "64", "--batch", "2", "--steps", "3", "--warmup", "1", "--precision", "fp32",
                           "--tokenizer", str(sample_tokenizer), "--tokens", str(sample_tokens), "--json", str(results)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=CLEAN_ENV)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(results.read_text())
     assert [r["model"] for r in rows] == ["xlmr-tiny", "mdeberta-tiny"]
