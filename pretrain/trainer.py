@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -169,6 +171,19 @@ def use_bf16(precision: str) -> bool:
     return precision == "bf16"
 
 
+@functools.lru_cache(maxsize=1)
+def deepspeed_keys() -> frozenset[str]:
+    """Every name DeepSpeed's source quotes (its config keys among them). DeepSpeed keeps no list
+    of its top-level keys and ignores one it does not read; a key that appears nowhere in its
+    source is a typo (``zero_optimisation``) or a setting of another tool."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("deepspeed").origin).parent
+    quoted = re.compile(r"""["']([a-z][a-z0-9_]+)["']""")
+    return frozenset(word for path in root.rglob("*.py")
+                     for word in quoted.findall(path.read_text(encoding="utf-8", errors="replace")))
+
+
 def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, Any]:
     """The DeepSpeed config dict: the JSON file's ZeRO settings plus batch sizes, AdamW, clipping and precision from ``cfg``."""
     import torch
@@ -179,6 +194,14 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, 
         raise UserError(f"{source}: deepspeed: no such file {cfg.deepspeed}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{cfg.deepspeed}: not valid JSON ({exc})") from None
+    if not isinstance(ds, dict):
+        raise UserError(f"{cfg.deepspeed}: not a DeepSpeed config (a JSON object of settings)")
+    unknown = [k for k in ds if k not in deepspeed_keys()]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(deepspeed_keys()), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(f"{cfg.deepspeed}: unknown key {unknown[0]!r}{hint}: DeepSpeed reads no such setting and "
+                        "would ignore it")
     clash = [k for k in RUN_OWNED_KEYS if k in ds]
     if clash:
         raise UserError(f"{cfg.deepspeed}: key {clash[0]!r} is set from the run config ({source}); remove it from the JSON")

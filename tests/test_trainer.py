@@ -110,6 +110,15 @@ def test_deepspeed_config_from_json_and_run(tmp_path: Path, monkeypatch: pytest.
     cfg.deepspeed = str(clash)
     with pytest.raises(UserError, match="'train_batch_size' is set from the run config"):
         deepspeed_config(cfg, 2, "run.yaml")
+    typo = tmp_path / "typo.json"
+    typo.write_text('{"zero_optimisation": {"stage": 2}, "wall_clock_breakdown": false}')
+    cfg.deepspeed = str(typo)
+    with pytest.raises(UserError, match=r"typo.json: unknown key 'zero_optimisation' \(did you mean 'zero_optimization'\?\)"):
+        deepspeed_config(cfg, 2, "run.yaml")
+    for text in ('["zero_optimization"]', "{'stage': 2}"):
+        typo.write_text(text)
+        with pytest.raises(UserError, match="typo.json: not"):
+            deepspeed_config(cfg, 2, "run.yaml")
 
 
 def test_lr_schedule() -> None:

@@ -107,6 +107,20 @@ xnli() {
 }
 step "xnli-$MODEL" "configs/xnli/smoke.yaml tests/data/nli-smoke xeval $STAMPS/export-$MODEL" xnli
 
+screenshots() {  # what a reader sees, for CI artifacts (Debian's chromium, when installed)
+  local browser; browser=$(command -v chromium || command -v chromium-browser || true)
+  [[ -n "$browser" ]] || { echo "no chromium: no screenshots of the reports"; return; }
+  mkdir -p "$OUT/screenshots"
+  for page in "$OUT/corpus/report/report.html" "$OUT/report-$MODEL/report.html"; do
+    local name; name=$(basename "$(dirname "$page")")
+    [[ "$name" == report ]] && name=corpus-report
+    "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars \
+        --user-data-dir="$(mktemp -d)" --window-size=1280,2400 --screenshot="$OUT/screenshots/$name.png" \
+        "file://$(realpath "$page")" >/dev/null 2>&1 || echo "chromium could not take a screenshot of $page"
+  done
+}
+screenshots
+
 echo
 echo "demo done in $((SECONDS - START)) s:"
 echo "  language models   $OUT/lm/<lang>.sp.model, <lang>.arpa.bin; cutoffs $OUT/cutoff.csv"
@@ -120,3 +134,4 @@ echo "  token shards      $OUT/tokens/ (meta.json, lang=<lang>/bucket=<b>/part-N
 echo "  pretraining run   $RUN/ (checkpoints/, metrics.jsonl, tensorboard/)"
 echo "  HF export         $OUT/hf-$MODEL/"
 echo "  XNLI-format report $OUT/report-$MODEL/ (report.html, report.md, results.json, *.png)"
+echo "  screenshots       $OUT/screenshots/ (both reports as a browser shows them)"
