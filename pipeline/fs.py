@@ -111,6 +111,26 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
     remove_folder(staging)
 
 
+def swap_folder(complete: Path, final: Path) -> None:
+    """Make the local folder ``complete`` the folder ``final``: the old ``final`` is renamed aside,
+    the new one renamed in, the old one deleted. Killed between the two renames, the old folder
+    waits under ``.<name>.old`` and :func:`restore_folder` puts it back."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.rename(final, old)
+    os.rename(complete, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_folder(final: Path) -> None:
+    """Undo a :func:`swap_folder` that was killed between its renames (the old folder comes back)."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists() and not final.exists():
+        os.rename(old, final)
+
+
 def remove_folder(folder: str) -> None:
     """Delete a folder and what is left in it (locally; on a bucket a prefix has no folder to remove)."""
     if is_local(folder):

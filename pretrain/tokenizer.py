@@ -18,6 +18,8 @@ import hashlib
 import io
 import json
 import re
+import shutil
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,7 +275,10 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
+    from pipeline import fs
+
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
+    fs.restore_folder(out)
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus_file(corpus, "sampling.json")
@@ -290,22 +295,29 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     sample, report = sample_sentences(shards, weights, sample_size, short, seed, max_sentence_bytes)
     fairseq = train_unigram(sample, vocab_size, character_coverage, byte_fallback, seed, threads, max_sentence_bytes)
     ours = our_layout(fairseq)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / HF_MODEL).write_bytes(fairseq)
-    (out / OUR_MODEL).write_bytes(ours)
-    config = hf_config()
-    write_json(out / "tokenizer_config.json", config)
-    write_json(out / "special_tokens_map.json", {k: v for k, v in config.items() if k.endswith("_token")})
-    meta = {
-        "vocab_size": vocab_size, "fingerprint": hashlib.sha256(ours).hexdigest(),
-        "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID, "mask": vocab_size - 1},
-        "alpha": alpha, "weights_from": source[0], "corpus": corpus, "buckets": buckets or "all",
-        "sample_size": sample_size, "short_languages": short, "character_coverage": character_coverage,
-        "byte_fallback": byte_fallback, "seed": seed,
-        "languages": {r.lang: {"q": r.q, "sentences": r.available, "target": r.target, "drawn": r.drawn}
-                      for r in report},
-    }
-    write_json(out / META, meta)
+    # written beside the output and swapped in whole: a run that fails leaves the previous tokenizer
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (staging / HF_MODEL).write_bytes(fairseq)
+        (staging / OUR_MODEL).write_bytes(ours)
+        config = hf_config()
+        write_json(staging / "tokenizer_config.json", config)
+        write_json(staging / "special_tokens_map.json", {k: v for k, v in config.items() if k.endswith("_token")})
+        meta = {
+            "vocab_size": vocab_size, "fingerprint": hashlib.sha256(ours).hexdigest(),
+            "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID, "mask": vocab_size - 1},
+            "alpha": alpha, "weights_from": source[0], "corpus": corpus, "buckets": buckets or "all",
+            "sample_size": sample_size, "short_languages": short, "character_coverage": character_coverage,
+            "byte_fallback": byte_fallback, "seed": seed,
+            "languages": {r.lang: {"q": r.q, "sentences": r.available, "target": r.target, "drawn": r.drawn}
+                          for r in report},
+        }
+        write_json(staging / META, meta)
+        fs.swap_folder(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return meta
 
 

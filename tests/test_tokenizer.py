@@ -5,6 +5,7 @@ import json
 import shutil
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,33 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     (tmp_path / "broken" / OUR_MODEL).write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a SentencePiece model"):
         Tokenizer.load(tmp_path / "broken")
+
+
+def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import pretrain.tokenizer as tok
+    from pipeline import fs
+
+    out = tmp_path / "tok"
+    shutil.copytree(sample_tokenizer, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = tok.write_json
+
+    def dies_at_meta(path: Path, obj: Any) -> None:
+        if path.name == tok.META:
+            raise OSError("disk full")
+        real(path, obj)
+
+    monkeypatch.setattr(tok, "write_json", dies_at_meta)
+    with pytest.raises(OSError, match="disk full"):
+        train_tokenizer(sample_corpus, out, vocab_size=1000, sample_size=2000, languages=["de", "en"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tok"]  # no staging folder left
+    # killed between the swap's two renames: the next run finds the old folder aside and puts it back
+    old = tmp_path / ".tok.old"
+    out.rename(old)
+    fs.restore_folder(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and not old.exists()
+    monkeypatch.setattr(tok, "write_json", real)
+    meta = train_tokenizer(sample_corpus, out, vocab_size=1000, sample_size=2000, languages=["de", "en"])
+    assert Tokenizer.load(out).fingerprint == meta["fingerprint"] and [p.name for p in tmp_path.iterdir()] == ["tok"]
