@@ -8,7 +8,6 @@ import json
 import random
 from pathlib import Path
 
-import pytest
 from conftest import SAMPLE
 
 from pipeline.__main__ import main
