@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from pathlib import Path
 
 import pytest
 from conftest import gz, warc_record
@@ -244,3 +245,17 @@ def test_chunked_and_compressed_http_bodies_give_the_same_text(sample):
     [doc] = docs_of(results)
     assert doc["text"].startswith("zz-not-a-size") and doc["text"].endswith(texts["plain"][url].split("\n")[-1])
     assert [r.reason for r in results if isinstance(r, Note)] == ["http_chunking_broken"]
+
+
+def test_a_file_that_cannot_be_read_is_one_rejection(tmp_path):
+    """Unreadable even for root: a link to /proc/self/mem opens but fails on read (EIO)."""
+    from pipeline.beam_pipeline import read_file
+    from pipeline.config import ReadConfig
+
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("no /proc/self/mem on this system")
+    path = tmp_path / "unreadable.warc.wet.gz"
+    path.symlink_to("/proc/self/mem")
+    [result] = list(read_file(str(path), ReadConfig()))
+    assert isinstance(result, Rejected) and result.reason == "unreadable_file" and result.source == str(path)
+    assert "OSError" in result.detail or "Error" in result.detail
