@@ -125,6 +125,10 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
     shards = sorted(k for k in stored if k.startswith("lang="))
     assert any("bucket=head" in k for k in shards) and any("bucket=tail" in k for k in shards)
     assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
+    for plot in ("funnel", "languages", "sampling", "perplexity", "neardup", "rejected"):  # the corpus report
+        assert stored[f"report/{plot}.png"] == local_files[f"report/{plot}.png"]
+    assert main(["report", bucket.url("corpus"), "--out", bucket.url("rebuilt"), *bucket.flags]) == 0
+    assert bucket.get("rebuilt/report.html") == stored["report/report.html"]
     # the pipeline reads its own bucket output too: cutoffs computed from the stored corpus
     assert main(["cutoffs", "--corpus", bucket.url("corpus"), "--out", bucket.url("derived/cutoff.csv"), *bucket.flags]) == 0
     assert bucket.get("derived/cutoff.csv").startswith(b",ar,de,el,en,")
