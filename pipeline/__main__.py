@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     cut.add_argument("--seed", type=int, default=0, help="sampling seed")
     rep = sub.add_parser(
         "report", help="rebuild the corpus report (report.html, report.md, plots) from stats.json and sampling.json",
-        description="Write the corpus report of a pipeline output from its stats.json and sampling.json (and run.json): "
+        description="Write the corpus report of a pipeline output from its stats.json and sampling.json alone: "
                     "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
     rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
     rep.add_argument("--out", help="folder for the report (default CORPUS/report)")

@@ -25,14 +25,23 @@ ALPHAS = (0.7, 0.3, 0.0)  # XLM-R's paper compares these (α = 0: every language
 BUCKET_ORDER = ("head", "middle", "tail", "all")
 
 
-def read_json(path: str) -> dict[str, Any]:
+STATS_KEYS = ("counters", "languages", "config", "input_files")
+SAMPLING_KEYS = ("alpha", "unit", "languages")
+
+
+def read_json(path: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A pipeline output's JSON file, holding at least ``keys``; one error line otherwise."""
     try:
         with fs.open_read(path) as stream:
-            return json.loads(stream.read().decode("utf-8"))
+            data = json.loads(stream.read().decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such file (is this a pipeline output?)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
+    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise UserError(f"{path}: not written by pipeline run (no {missing[0]!r})")
+    return data
 
 
 def _n(x: float) -> str:
@@ -314,7 +323,8 @@ def config_section(stats: dict[str, Any]) -> Section:
 def build(corpus: str, out: str | None = None) -> list[str]:
     """Write the report of the corpus in folder ``corpus`` (local or a bucket) to ``out``
     (default ``<corpus>/report``); returns the written paths."""
-    stats, sampling = read_json(fs.join(corpus, "stats.json")), read_json(fs.join(corpus, "sampling.json"))
+    stats = read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
+    sampling = read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
     kept = sum(v["documents"] for v in stats["languages"].values())
     intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "
              "(stats.json and sampling.json beside this folder; run.json has the runner and the time taken)."]

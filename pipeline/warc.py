@@ -268,8 +268,9 @@ class RecordReader:
             (title, text, notes), digest = converted, headers.get("warc-payload-digest", "")
             self.notes.extend(notes)
         title, lines = self._lines(text, title)
-        if not any(lines):
-            return self._reject(offset, "empty", "no text in the record", raw, record_id)
+        if not any(lines):  # a page with a title and nothing else is a normal record that is not text
+            return Drop("skipped_title_only") if title else self._reject(offset, "empty", "no text in the record",
+                                                                          raw, record_id)
         body = "\n".join(lines)
         if len(body) < self.min_length:
             return Drop("too_short")
@@ -296,7 +297,7 @@ class RecordReader:
         With ``empty_lines`` a WET body's lines are CCNet's ``raw_content`` exactly: CCNet reads a
         WET file line by line, so a body that does not end with a line break gains an empty last
         line from the record separator (process_wet_file.py: parse_doc)."""
-        lines = [line.strip() for line in LINE_BREAK.split(text)]
+        lines = [line.strip() for line in (LINE_BREAK.split(text) if "\r" in text else text.split("\n"))]
         if self.fmt == "wet":
             if self.empty_lines:
                 lines.append("")

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_trainer import LAUNCH_ENV
 
 SCRIPT = Path(__file__).parents[1] / "workflows" / "bench_gpu.py"
-LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}  # not the in-process trainer tests' world
 
 
@@ -35,3 +35,15 @@ def test_the_same_code_runs_on_the_cpu(tmp_path, sample_tokenizer, sample_tokens
         assert row["ours"]["tokens_per_s"] > 0 and row["hf"]["tokens_per_s"] > 0 and row["flops_per_token"] > 0
         assert row["ours"]["mfu"] is None and row["ratio_tokens_per_s"] > 0  # no peak FLOP/s on a CPU
     assert "ours/HF" in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--models", "nosuchmodel"], "model config 'nosuchmodel': no such file or name"),
+    (["--tokenizer", "/nonexistent", "--tokens", "/nonexistent"], "--tokens /nonexistent: no meta.json"),
+    (["--tokenizer", "/nonexistent"], "--tokenizer and --tokens go together"),
+    (["--steps", "3", "--warmup", "5"], "--steps (3) must exceed --warmup (5)"),
+])
+def test_a_wrong_option_is_one_usage_error(args, message):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", *args], capture_output=True, text=True,
+                         timeout=120, env=CLEAN_ENV)
+    assert run.returncode == 2 and message in run.stderr.splitlines()[-1] and "Traceback" not in run.stderr, run.stderr

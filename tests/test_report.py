@@ -78,9 +78,16 @@ def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):
     shutil.copy(corpus / "sampling.json", old / "sampling.json")
     assert main(["report", str(old), "--out", str(tmp_path / "out")]) == 0
     assert "No document was scored" in (tmp_path / "out" / "report.md").read_text()
+    capsys.readouterr()
     assert main(["report", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "stats.json: no such file" in err
+    (old / "stats.json").write_text("{}")
+    assert main(["report", str(old)]) == 2
+    assert capsys.readouterr().err == f"error: {old / 'stats.json'}: not written by pipeline run (no 'counters')\n"
+    (old / "stats.json").write_bytes(b"\x89PNG not json")
+    assert main(["report", str(old)]) == 2
+    assert "stats.json: not valid JSON" in capsys.readouterr().err
 
 
 def test_the_report_in_a_browser(corpus):

@@ -66,6 +66,11 @@ def test_line_breaks_titles_and_empty_lines():
     assert reader_lines("Only a title\nx", empty_lines=True) == ("Only a title", "x\n")
 
 
+def test_a_page_with_only_a_title_is_skipped_and_an_empty_one_rejected():
+    assert read(gz(warc_record(b"", title="Only a title"))) == [Drop("skipped_title_only")]
+    assert reasons(read(gz(warc_record(b"\n\n", title="")))) == ["empty"]
+
+
 def test_short_documents_are_dropped_at_read_when_asked():
     data = gz(warc_record(b"x" * 299)) + gz(warc_record(b"y" * 300))
     assert len(docs_of(read(data))) == 2
@@ -104,7 +109,7 @@ BAD_CASES = {
     "truncated": lambda: (good(1) + good(2) + good(3))[:-25],
     "garbage": lambda: good(1) + b"\x00\xffnot gzip at all\xfe" * 10 + good(2),
     "content_length_mismatch": lambda: good(1) + gz(warc_record(b"twenty-three bytes here", content_length=10, digest=False)) + good(2),
-    "empty": lambda: good(1) + gz(warc_record(b"")) + good(2),
+    "empty": lambda: good(1) + gz(warc_record(b" \n", title=None)) + good(2),
     "not_utf8": lambda: good(1) + gz(warc_record("caf\xe9 cr\xe8me br\xfbl\xe9e".encode("latin-1"))) + good(2),
     "unexpected_type": lambda: good(1) + gz(warc_record(b"hello", rtype="response")) + good(2),
     "missing_header": lambda: good(1) + gz(warc_record(b"hello there", drop=("WARC-Target-URI",))) + good(2),

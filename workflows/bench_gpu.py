@@ -101,6 +101,27 @@ def line(r: dict[str, Any]) -> str:
             f"ours/HF {r['ratio_tokens_per_s']:.2f}x")
 
 
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A wrong option is one usage error line, before anything is built or loaded."""
+    from pipeline.errors import UserError
+    from pretrain.models.config import model_config_path
+    from pretrain.tokenizer import Tokenizer
+
+    if args.steps <= args.warmup or args.batch < 1 or args.seq_len < 8:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}); --batch >= 1, --seq-len >= 8")
+    if bool(args.tokenizer) != bool(args.tokens):
+        parser.error("--tokenizer and --tokens go together (or neither: both are built under --work)")
+    if args.tokens and not (Path(args.tokens) / "meta.json").is_file():
+        parser.error(f"--tokens {args.tokens}: no meta.json (pretrain tokenize writes it)")
+    try:
+        for name in args.models:
+            model_config_path(name)
+        if args.tokenizer:
+            Tokenizer.load(args.tokenizer)
+    except UserError as exc:
+        parser.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench_trainer.add_arguments(parser, seq_len=512, batch=16, steps=30)
@@ -112,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", help="token shards (default: built under --work)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch

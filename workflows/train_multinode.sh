@@ -34,6 +34,10 @@ set -euo pipefail
 HOSTFILE=${1:?usage: $0 HOSTFILE CONFIG [options]}
 CONFIG=${2:?usage: $0 HOSTFILE CONFIG [options]}
 shift 2
+for file in "$HOSTFILE" "$CONFIG"; do
+  [[ -f "$file" ]] || { echo "error: $file: no such file" >&2; exit 2; }
+done
+HOSTFILE=$(realpath "$HOSTFILE") CONFIG=$(realpath "$CONFIG")
 cd "$(dirname "$0")/.."
 export NCCL_ASYNC_ERROR_HANDLING=${NCCL_ASYNC_ERROR_HANDLING:-1}
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
