@@ -76,7 +76,7 @@ def pyplot() -> Any:
 
 def write_report(out: str, title: str, sections: list[Section], intro: list[str] = ()) -> list[str]:
     """Write ``report.md``, ``report.html`` and every plot's PNG into folder ``out``; returns the paths."""
-    md = [f"# {title}", "", *[f"{line}" for line in intro], ""]
+    md = [f"# {title}", "", *intro, ""]
     page = ["<!DOCTYPE html>", f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
             f"<style>{STYLE}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
             *[f"<p>{html.escape(line)}</p>" for line in intro]]
