@@ -1,7 +1,8 @@
 """Which engine runs the graph, and one clear line for an engine the options cannot reach.
 
 The graph is the same on every engine (``beam_pipeline``); here only the runner is chosen:
-``DirectRunner`` runs on Beam's FnApiRunner (never the Prism download), ``DaskRunner`` on our
+``DirectRunner`` runs on Beam's FnApiRunner (never the Prism download; with stage inputs sent in
+pieces, ``local_runner``), ``DaskRunner`` on our
 Dask translation (``dask_runner``), anything else as Beam resolves it (PortableRunner, Flink,
 Spark, Dataflow, Prism).
 """
@@ -17,6 +18,7 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProv
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
+from . import local_runner
 from .errors import UserError
 
 DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
@@ -111,8 +113,10 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
 
     DirectRunner first tries Prism, which it downloads from GitHub: network access at run time,
     and on a machine with network a different engine than the one configured and tested here.
-    ``--runner PrismRunner`` still asks for Prism.
+    ``--runner PrismRunner`` still asks for Prism. Every FnApiRunner of this process (ours, and the
+    one behind ``PortableRunner --job_endpoint embed``) sends stage inputs in pieces (``local_runner``).
     """
+    local_runner.install()
     all_options = options.get_all_options()
     if all_options["runner"] in DASK_NAMES:
         from .dask_runner import DaskRunner

@@ -1,0 +1,77 @@
+"""Beam's FnApiRunner (DirectRunner, PortableRunner with ``--job_endpoint embed``), with each
+worker's stage input sent in pieces, so that a worker's memory does not grow with the corpus.
+
+Beam 2.77's FnApiRunner sends an SDK worker its whole share of a stage's input as one gRPC
+message: the chunks the stage before wrote are concatenated before the first byte is sent, and
+after a GroupByKey every key of the share is encoded into one blob (``GroupingBuffer.partition``).
+The worker holds that message (gRPC's copy, protobuf's and the ``bytes``) until the bundle ends.
+Measured on the scaling benchmark at 8x: one 205 MB message per worker for one stage, worker RSS
+1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
+through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
+
+Two overrides, installed once per process by :func:`install`:
+
+- ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
+  the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
+  after the element that takes it past :data:`PIECE_BYTES`;
+- ``BundleManager._send_input_to_worker`` lets the output stream flush after every piece
+  (Beam writes all of them and flushes once at the end).
+
+The elements, their order and their assignment to workers are unchanged: only the message
+boundaries move, so outputs stay byte-identical (tested in ``tests/test_local_runner.py``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
+
+PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one element) per message
+
+_BEAM_PARTITION: Callable[[Any, int], list[list[bytes]]] = execution.GroupingBuffer.partition
+
+
+def _partition_in_pieces(self: execution.GroupingBuffer, n: int) -> list[list[bytes]]:
+    """``GroupingBuffer.partition``: every worker's keys as encoded pieces of about PIECE_BYTES."""
+    if self._grouped_output or not self._windowing.is_default():
+        return _BEAM_PARTITION(self, n)
+    in_global_window = GlobalWindows.windowed_value(
+        None, timestamp=GlobalWindow().max_timestamp(),
+        pane_info=PaneInfo(is_first=True, is_last=True, timing=PaneInfoTiming.ON_TIME, index=0,
+                           nonspeculative_index=0)).with_value
+    coder, key_coder = self._post_grouped_coder.get_impl(), self._key_coder.get_impl()
+    pieces: list[list[bytes]] = [[] for _ in range(n)]
+    streams = [create_OutputStream() for _ in range(n)]
+    for i, (encoded_key, values) in enumerate(self._table.items()):
+        stream = streams[i % n]
+        coder.encode_to_stream(in_global_window((key_coder.decode(encoded_key), values)), stream, True)
+        if stream.size() >= PIECE_BYTES:
+            pieces[i % n].append(stream.get())
+            streams[i % n] = create_OutputStream()
+    for worker, stream in enumerate(streams):
+        if stream.size() or not pieces[worker]:
+            pieces[worker].append(stream.get())
+    self._grouped_output = pieces
+    self._table.clear()
+    return pieces
+
+
+def _send_in_pieces(self: fn_runner.BundleManager, process_bundle_id: str, read_transform_id: str,
+                    byte_streams: Iterable[bytes] | None) -> None:
+    """``BundleManager._send_input_to_worker``, one message per piece of PIECE_BYTES or more."""
+    assert self._worker_handler is not None
+    data_out = self._worker_handler.data_conn.output_stream(process_bundle_id, read_transform_id)
+    for byte_stream in byte_streams or []:
+        data_out.write(byte_stream)
+        if data_out.size() >= PIECE_BYTES:
+            data_out.flush()
+    data_out.close()
+
+
+def install() -> None:
+    """Put both overrides in place (idempotent); every FnApiRunner of this process uses them."""
+    execution.GroupingBuffer.partition = _partition_in_pieces
+    fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
