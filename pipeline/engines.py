@@ -116,7 +116,7 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
     ``--runner PrismRunner`` still asks for Prism. Every FnApiRunner of this process (ours, and the
     one behind ``PortableRunner --job_endpoint embed``) sends stage inputs in pieces (``local_runner``).
     """
-    local_runner.install()
+    local_runner.install(options)
     all_options = options.get_all_options()
     if all_options["runner"] in DASK_NAMES:
         from .dask_runner import DaskRunner

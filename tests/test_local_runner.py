@@ -7,6 +7,7 @@ tests (DirectRunner 1 and 2 workers, PortableRunner, against one reference).
 """
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline import local_runner
 from pipeline.engines import make_runner, pipeline_options
+from pipeline.errors import UserError
 
 PIECE = 10_000  # bytes: small, so a few hundred kB of input makes many pieces
 
@@ -74,7 +76,17 @@ def test_each_piece_is_a_message_of_its_own(monkeypatch):
     assert max(len(m) for m in messages) < PIECE + max(len(c) for c in chunks)
 
 
-def test_every_local_run_uses_the_overrides():
+def test_every_local_run_uses_the_overrides(monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     make_runner(pipeline_options("DirectRunner", []))
     assert execution.GroupingBuffer.partition is local_runner._partition_in_pieces
     assert fn_runner.BundleManager._send_input_to_worker is local_runner._send_in_pieces
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # glibc's own adaptive threshold unless asked
+
+
+def test_worker_mmap_threshold_reaches_the_workers_environment(monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=4"]))
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)  # what worker processes started now inherit
+    with pytest.raises(UserError, match="--worker_mmap_threshold_mb=-1"):
+        make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=-1"]))

@@ -10,7 +10,8 @@ finds them), so the share of near duplicates is the same at every size too.
 
 The full chain runs (read, exact dedup, LID, near-dup, perplexity with head/middle/tail buckets
 from cutoffs computed on the 1x input) as ``python -m pipeline run`` in a child process, on
-DirectRunner with 2 worker processes and DaskRunner with a 2-worker LocalCluster. For each run:
+DirectRunner with 2 worker processes (with glibc's adaptive mmap threshold, and with
+``--worker_mmap_threshold_mb=4``) and DaskRunner with a 2-worker LocalCluster. For each run:
 wall time, documents/s per core, the peak RSS of the driver and of every worker process (sampled
 every 0.2 s over the whole process tree), and the largest in-memory structure of the dedup stage
 (the biggest hash partition: 16 bytes per paragraph occurrence). Neither runner reports bytes
@@ -58,6 +59,9 @@ SHUFFLED_WORDS = 6  # paragraphs with at least this many words are shuffled in e
 RUNNERS = {
     "DirectRunner 2 workers": ["--runner", "DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
     "DaskRunner 2 workers": ["--runner", "DaskRunner", "--dask_num_workers=2"],
+    "DirectRunner 2 workers (mmap threshold 4 MB)": ["--runner", "DirectRunner", "--direct_num_workers=2",
+                                                             "--direct_running_mode=multi_processing",
+                                                             "--worker_mmap_threshold_mb=4"],
 }
 CORES = 2
 
@@ -237,7 +241,7 @@ def main() -> None:
                    **run(inputs[s], work / "out" / f"{name.split()[0]}-{s}x", RUNNERS[name], lms, cutoffs)}
             row["docs_per_s_per_core"] = round(row["documents"] / row["wall_s"] / CORES, 1)
             rows.append(row)
-            print(f"{name:24s} {s}x  {row['input_mb']:6.1f} MB {row['files']:3d} files {row['documents']:7d} docs  "
+            print(f"{name:44s} {s}x  {row['input_mb']:6.1f} MB {row['files']:3d} files {row['documents']:7d} docs  "
                   f"{row['wall_s']:7.1f} s  {row['docs_per_s_per_core']:6.1f} docs/s/core  driver {row['driver_rss_mb']:6.0f} MB  "
                   f"workers {', '.join(f'{w:.0f}' for w in row['worker_rss_mb'])} MB", flush=True)
         results["runs"][name] = rows
