@@ -8,13 +8,17 @@ tests (DirectRunner 1 and 2 workers, PortableRunner, against one reference).
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+import subprocess
+from types import ModuleType, SimpleNamespace
+from unittest import mock
 
+import apache_beam as beam
 import pytest
 from apache_beam import coders
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
 from apache_beam.runners.worker.data_plane import InMemoryDataChannel
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindows
 
@@ -90,3 +94,48 @@ def test_worker_mmap_threshold_reaches_the_workers_environment(monkeypatch):
     assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)  # what worker processes started now inherit
     with pytest.raises(UserError, match="--worker_mmap_threshold_mb=-1"):
         make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=-1"]))
+
+
+def parent_command(_: int) -> str:
+    """The command line of the process that started this one (in an SDK worker: its parent)."""
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as stream:
+        return stream.read().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="needs /proc to see a worker's parent")
+def test_multi_processing_workers_are_forked_from_the_fork_server():
+    options = pipeline_options("DirectRunner", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+        parents = p | beam.Create(range(8)) | beam.Reshuffle() | beam.Map(parent_command)
+        assert_that(parents | beam.Distinct(), equal_to([mock.ANY]))  # the workers share one parent ...
+        assert_that(parents | "Forked" >> beam.Map(lambda cmd: "multiprocessing.forkserver" in cmd),
+                    equal_to([True] * 8), label="FromTheForkServer")  # ... the fork server, not a shell
+
+
+def test_other_commands_still_start_as_processes():
+    process = local_runner._popen("exit 3", shell=True)
+    assert isinstance(process, subprocess.Popen) and process.wait(timeout=30) == 3
+
+
+def test_a_forked_worker_reports_its_exit_like_a_process(monkeypatch):
+    monkeypatch.setattr(local_runner, "_fork_workers", True)
+    worker = local_runner._popen(local_runner.WORKER_COMMAND, shell=True, env={"PATH": os.environ["PATH"]})
+    assert isinstance(worker, local_runner.ForkedWorker)
+    assert worker.wait() == 1 and worker.poll() == worker.returncode == 1  # no control address: the harness fails
+
+
+@pytest.mark.parametrize(("spec", "source", "guarded"), [
+    ("pipeline.__main__", None, True),  # python -m pipeline: multiprocessing does not import it again
+    (None, None, True),  # python -c
+    (None, 'import sys\n\nif __name__ == "__main__":\n    sys.exit(0)\n', True),
+    (None, "import sys\nsys.exit(0)\n", False),  # a script that would run again in every worker
+    ("tool", "run()\n", False),  # python -m tool, unguarded
+    (None, "def broken(:\n", False),
+])
+def test_only_a_guarded_main_lets_workers_fork(tmp_path, spec, source, guarded):
+    main = ModuleType("__main__")
+    main.__spec__ = SimpleNamespace(name=spec) if spec else None
+    if source is not None:
+        main.__file__ = str(tmp_path / "main.py")
+        (tmp_path / "main.py").write_text(source)
+    assert local_runner.main_is_guarded(main) is guarded

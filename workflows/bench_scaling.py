@@ -125,7 +125,7 @@ class TreeMemory:
     """Peak RSS of a process and of each of its descendants, sampled every ``interval`` seconds."""
 
     def __init__(self, pid: int, interval: float = 0.2) -> None:
-        self.root, self.interval, self.peaks = psutil.Process(pid), interval, {}
+        self.root, self.interval, self.peaks, self.parents = psutil.Process(pid), interval, {}, set()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
@@ -140,6 +140,7 @@ class TreeMemory:
                 try:
                     rss = proc.memory_info().rss
                     name = " ".join(proc.cmdline()[1:4])
+                    self.parents.add(proc.ppid())
                 except psutil.Error:
                     continue
                 prev = self.peaks.get(proc.pid, (0, name))
@@ -147,11 +148,12 @@ class TreeMemory:
             time.sleep(self.interval)
 
     def finish(self) -> tuple[int, list[int]]:
-        """(driver peak, peaks of the worker processes: every descendant that is Python)."""
+        """(driver peak, peaks of the worker processes: every descendant that is Python and starts
+        no other, which leaves out a fork server)."""
         self.stop.set()
         self.thread.join()
         driver = self.peaks.get(self.root.pid, (0, ""))[0]
-        workers = [rss for pid, (rss, _) in self.peaks.items() if pid != self.root.pid and rss > 50 * 2**20]
+        workers = [rss for pid, (rss, _) in self.peaks.items() if pid not in self.parents and rss > 50 * 2**20]
         return driver, workers
 
 
