@@ -202,6 +202,18 @@ def test_dask_translation_routes_tags_keeps_finish_bundle_outputs_and_side_input
                     equal_to([10]), label="flatten")
 
 
+def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably():
+    from pipeline.dask_runner import split_by_key, stable_partition
+
+    files = [(i, f"file-{i}") for i in range(8)]  # JoinByFile's keys: every partition gets one file
+    assert [len(part) for part in split_by_key(files, 8)] == [1] * 8
+    assert [len(part) for part in split_by_key(files, 3)] == [3, 3, 2]
+    assert [stable_partition(-1, 8), stable_partition(9, 8)] == [7, 1]
+    shards = [("en", "head", i) for i in range(64)]  # other keys: a hash of the pickled key, fixed across processes
+    assert stable_partition(("en", "head", 3), 4) == 0
+    assert sorted({stable_partition(key, 4) for key in shards}) == [0, 1, 2, 3]
+
+
 def test_the_runner_names_resolve_to_our_runners():
     from pipeline.dask_runner import DaskRunner
     from pipeline.engines import make_runner, pipeline_options
