@@ -44,6 +44,7 @@ from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from . import local_runner
 from .errors import UserError
 
 MAX_CREATE_PARTITIONS = 1024
@@ -313,11 +314,23 @@ def store_options_plugin(options: PipelineOptions) -> Any:
 
 
 def local_cluster(workers: int | None) -> Any:
-    """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard."""
+    """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard.
+
+    Its workers are forked from the fork server (``local_runner.start_fork_server``), which has
+    Beam, distributed and the pipeline imported, rather than spawned as new interpreters that import
+    them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold, one BLAS thread) and
+    hash seed must be in a process's environment when it starts, so they go into this one's before
+    the fork server starts, as the nanny would put them there before spawning.
+    """
+    import dask
     from dask.distributed import LocalCluster
 
-    return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                        host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+    environ = {name: str(value) for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
+    os.environ.update({"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "6640"), **environ})
+    forked = local_runner.start_fork_server([*local_runner.WORKER_MODULES, "distributed", __name__])
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn"}):
+        return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
 
 
 def connect(options: PipelineOptions) -> tuple[Any, Any]:

@@ -194,8 +194,16 @@ def install(options: PipelineOptions) -> None:
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers
-    _fork_workers = (options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-                     and "forkserver" in multiprocessing.get_all_start_methods() and main_is_guarded(sys.modules["__main__"]))
-    if _fork_workers:
-        _FORKSERVER.set_forkserver_preload(WORKER_MODULES)
-        multiprocessing.forkserver.ensure_running()  # it imports while the driver builds the graph
+    multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    _fork_workers = multi_processing and start_fork_server(WORKER_MODULES)  # it imports while the graph is built
+
+
+def start_fork_server(modules: list[str]) -> bool:
+    """Start multiprocessing's fork server importing ``modules``, where workers can be forked from it
+    (:func:`main_is_guarded`); one per driver process: a later call finds it running, with the
+    modules and environment it started with. Returns whether it runs."""
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not main_is_guarded(sys.modules["__main__"]):
+        return False
+    _FORKSERVER.set_forkserver_preload(modules)
+    multiprocessing.forkserver.ensure_running()
+    return True

@@ -237,6 +237,9 @@ def test_local_cluster_listens_on_loopback_only():
                      if c.status == psutil.CONN_LISTEN and c.laddr not in before]
         assert len(listening) >= 3  # the scheduler and two workers at least
         assert {addr.ip for addr in listening} == {"127.0.0.1"}, listening
+        workers = [p for p in procs if p.pid in {w.pid for w in cluster.workers.values() if hasattr(w, "pid")}]
+        parents = {" ".join(p.parent().cmdline()) for p in workers}  # forked, Beam and the pipeline imported once
+        assert len(workers) == 2 and len(parents) == 1 and "multiprocessing.forkserver" in parents.pop()
     finally:
         cluster.close()
 
