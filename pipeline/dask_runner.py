@@ -8,9 +8,12 @@ inside every task that reads it, metrics are not reported, and building its dask
 minutes on ours. This runner keeps Beam's options and overrides and translates the graph into a
 plain dask task graph, each PCollection a list of partitions:
 
-- a ParDo runs its DoFn once per partition (a bundle) through Beam's own ``DoFnRunner``, with
-  ``setup()`` once per worker process (DoFn instances are pooled, as Beam's workers do), and its
-  outputs, ``finish_bundle``'s included, are routed by tag;
+- ParDos are fused as Beam's runners fuse them: a chain of ParDos (up to a shuffle or a side
+  input) is one task per partition, a bundle, in which each element goes through the DoFns one
+  after another through Beam's own ``DoFnRunner`` (nothing between them is held, and a partition's
+  whole chain runs on one worker: the scheduler balances tasks of equal size); ``setup()`` runs
+  once per worker process (DoFn instances are pooled, as Beam's workers do), and outputs,
+  ``finish_bundle``'s included, are routed by tag;
 - a side input is one task that gathers its PCollection, passed to every bundle that reads it;
 - GroupByKey splits each input partition by a hash of the pickled key (the same on every worker,
   unlike ``hash()`` of a str; an int key by its value modulo the partitions) and groups each
@@ -24,9 +27,11 @@ runner starts a ``LocalCluster`` on 127.0.0.1 for the run and stops it at the en
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
+import operator
 import os
 import pickle
 import threading
@@ -62,14 +67,19 @@ class LocalDaskOptions(PipelineOptions):
 
 # --------------------------------------------------------------------------- worker side
 
-class _Collect(Receiver):
-    """Receives one output tag's windowed values into a shared list as ``(tag, value)``."""
+class _Fanout(Receiver):
+    """One output tag of a fused ParDo: each element goes on to the ParDos of the stage that read
+    it, as it is emitted (nothing between them is held), and into ``out`` if the tag is read
+    outside the stage."""
 
-    def __init__(self, tag: str | None, out: list[tuple[str | None, Any]]) -> None:
-        self.tag, self.out = tag, out
+    def __init__(self, targets: list[DoFnRunner], out: list[Any] | None) -> None:
+        self.targets, self.out = targets, out
 
     def receive(self, windowed_value: WindowedValue) -> None:
-        self.out.append((self.tag, windowed_value.value))
+        for target in self.targets:
+            target.process(windowed_value)
+        if self.out is not None:
+            self.out.append(windowed_value.value)
 
 
 _POOL: dict[str, list[beam.DoFn]] = {}
@@ -97,24 +107,39 @@ def _give_back(key: str, fn: beam.DoFn) -> None:
         _POOL.setdefault(key, []).append(fn)
 
 
-def run_bundle(items: list[Any], key: str, payload: bytes, *side_values: list[Any]) -> list[Any]:
-    """One partition through a ParDo as one bundle: ``(tag, value)`` pairs, every output's."""
-    fn, (args, kwargs, windowing, tags, views) = _take_dofn(key, payload)
-    out: list[tuple[str | None, Any]] = []
-    side_inputs = [SideInputMap(view, options, [GlobalWindows.windowed_value(v) for v in values])
-                   for (view, options), values in zip(views, side_values)]
-    runner = DoFnRunner(fn, args, kwargs, side_inputs, windowing, {tag: _Collect(tag, out) for tag in tags},
-                        step_name=key)
-    runner.start()
+Wiring = dict[Any, tuple[list[int], int | None]]
+"""Per output tag of a fused ParDo: the stage's ParDos that read it (indexes), and its slot in
+the stage's result if it is read outside the stage."""
+
+
+def run_stage(items: list[Any], stage: bytes, slots: int, *side_values: list[Any]) -> list[list[Any]]:
+    """One partition through a fused stage as one bundle, element by element, as Beam's SDK
+    workers run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in
+    graph order, the first reading ``items`` (and the side inputs), each later one reading
+    outputs of earlier ones. Returns the values of each slot."""
+    pardos: list[tuple[str, bytes, Wiring]] = pickle.loads(stage)
+    out: list[list[Any]] = [[] for _ in range(slots)]
+    fns: list[beam.DoFn] = []
+    runners: list[DoFnRunner] = []
+    for index, (key, payload, wiring) in reversed(list(enumerate(pardos))):  # readers are built first
+        fn, (args, kwargs, windowing, tags, views) = _take_dofn(key, payload)
+        sides = [SideInputMap(view, options, [GlobalWindows.windowed_value(v) for v in values])
+                 for (view, options), values in zip(views, side_values)] if index == 0 else []
+        receivers = {tag: _Fanout([runners[len(pardos) - 1 - reader] for reader in wiring[tag][0]],
+                                  None if wiring[tag][1] is None else out[wiring[tag][1]]) for tag in tags}
+        fns.append(fn)
+        runners.append(DoFnRunner(fn, args, kwargs, sides, windowing, receivers, step_name=key))
+    fns.reverse()
+    runners.reverse()
+    for runner in runners:
+        runner.start()
     for item in items:
-        runner.process(GlobalWindows.windowed_value(item))
-    runner.finish()
-    _give_back(key, fn)  # only after a bundle that succeeded: a failed one may have left state behind
+        runners[0].process(GlobalWindows.windowed_value(item))
+    for runner in runners:  # in graph order: what a finish_bundle emits reaches readers not yet finished
+        runner.finish()
+    for (key, _, _), fn in zip(pardos, fns):  # only after a bundle that succeeded: a failed one may have left state behind
+        _give_back(key, fn)
     return out
-
-
-def select(pairs: list[tuple[str | None, Any]], tag: str | None) -> list[Any]:
-    return [value for t, value in pairs if t == tag]
 
 
 def stable_partition(key: Any, n: int) -> int:
@@ -166,13 +191,47 @@ class _GroupByKeyOverride(PTransformOverride):
         return _GroupByKeyOnly()
 
 
+@dataclasses.dataclass
+class _Stage:
+    """ParDos fused into one task per partition (:func:`run_stage`): the first reads ``inputs``
+    (and the side inputs ``sides``), the others read outputs of the stage. ``slots`` name the
+    outputs read outside the stage."""
+
+    name: str
+    inputs: list[Any]
+    sides: list[Any]
+    labels: list[str] = dataclasses.field(default_factory=list)
+    pardos: list[tuple[str, bytes, Wiring]] = dataclasses.field(default_factory=list)
+    slots: list[str] = dataclasses.field(default_factory=list)
+
+    def tasks(self) -> dict[Any, Any]:
+        """Its tasks, named like Beam's fused stages (``A+B+C``), and one per slot and partition."""
+        key = f"{'+'.join(self.labels)}-{self.name.rsplit('-', 1)[1]}"
+        payload = pickle.dumps(self.pardos)
+        graph: dict[Any, Any] = {}
+        for i, input_key in enumerate(self.inputs):
+            graph[(key, i)] = (run_stage, input_key, payload, len(self.slots), *self.sides)
+            for slot, name in enumerate(self.slots):
+                graph[(name, i)] = (operator.getitem, (key, i), slot)
+            if not self.slots:  # nothing outside reads it: a small task that runs it
+                graph[(f"{key}/sink", i)] = (len, (key, i))
+        return graph
+
+
 class _Translate(PipelineVisitor):
     """Beam leaf transforms -> a dask task graph: each PCollection is ``npartitions`` keys
-    ``(name, i)``, each holding a list of elements."""
+    ``(name, i)``, each holding a list of elements.
+
+    ParDos are fused as Beam's runners fuse them: a ParDo whose main input is an output of a
+    stage joins that stage, unless it reads side inputs (which may depend on the stage itself);
+    an output becomes keys of its own only when something outside the stage reads it.
+    """
 
     def __init__(self, create_partitions: int | None) -> None:
         self.graph: dict[Any, Any] = {}
         self.parts: dict[beam.PCollection, tuple[str, int]] = {}
+        self.fused: dict[beam.PCollection, tuple[_Stage, int, Any]] = {}  # output -> (stage, ParDo, tag)
+        self.stages: list[_Stage] = []
         self.read: set[beam.PCollection] = set()
         self.create_partitions = create_partitions
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
@@ -182,12 +241,18 @@ class _Translate(PipelineVisitor):
         return f"{node.full_label}{what}-{next(self.ids)}"
 
     def _keys(self, pc: beam.PCollection) -> list[tuple[str, int]]:
+        if pc not in self.parts:  # a stage's output, read outside the stage: it gets a slot
+            stage, index, tag = self.fused[pc]
+            readers, _ = stage.pardos[index][2][tag]
+            stage.pardos[index][2][tag] = (readers, len(stage.slots))
+            stage.slots.append(f"{stage.name}[{len(stage.slots)}]")
+            self.parts[pc] = (stage.slots[-1], len(stage.inputs))
         name, n = self.parts[pc]
         return [(name, i) for i in range(n)]
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         transform, graph = node.transform, self.graph
-        inputs = [pc for pc in node.main_inputs.values() if pc in self.parts]  # not PBegin
+        inputs = [pc for pc in node.main_inputs.values() if pc in self.parts or pc in self.fused]  # not PBegin
         self.read.update(node.main_inputs.values())
         self.read.update(si.pvalue for si in node.side_inputs)
         name = self._name(node)
@@ -220,32 +285,37 @@ class _Translate(PipelineVisitor):
             raise NotImplementedError(f"DaskRunner: no translation for {node.full_label} ({type(transform).__name__})")
 
     def _pardo(self, node: AppliedPTransform, name: str, main: beam.PCollection) -> None:
-        transform, graph = node.transform, self.graph
+        transform = node.transform
         tags = (None, *sorted(tag for tag in node.outputs if tag is not None))
         views = [(type(si), si._view_options()) for si in node.side_inputs]
-        windowing = main.windowing
         payload = pickler.dumps((pickler.dumps(transform.fn),
-                                 (list(transform.args), dict(transform.kwargs), windowing, tags, views)))
-        key = hashlib.sha1(payload).hexdigest()
-        sides = []
-        for si in node.side_inputs:
-            side = self._name(node, "/side")
-            graph[(side, 0)] = (everything, self._keys(si.pvalue))
-            sides.append((side, 0))
-        keys = self._keys(main)
-        for i, input_key in enumerate(keys):
-            graph[(name, i)] = (run_bundle, input_key, key, payload, *sides)
+                                 (list(transform.args), dict(transform.kwargs), main.windowing, tags, views)))
+        if main in self.fused and not node.side_inputs:
+            stage, index, tag = self.fused[main]
+            stage.pardos[index][2][tag][0].append(len(stage.pardos))
+        else:
+            sides = []
+            for si in node.side_inputs:
+                side = self._name(node, "/side")
+                self.graph[(side, 0)] = (everything, self._keys(si.pvalue))
+                sides.append((side, 0))
+            stage = _Stage(name, self._keys(main), sides)
+            self.stages.append(stage)
         for tag in tags:
-            out = self._name(node, f"[{tag}]")
-            for i in range(len(keys)):
-                graph[(out, i)] = (select, (name, i), tag)
-            self.parts[node.outputs[tag]] = (out, len(keys))
+            self.fused[node.outputs[tag]] = (stage, len(stage.pardos), tag)
+        stage.labels.append(node.full_label)
+        stage.pardos.append((hashlib.sha1(payload).hexdigest(), payload, {tag: ([], None) for tag in tags}))
 
     def sinks(self) -> list[Any]:
-        """One small task per partition of a PCollection nothing reads: computing them runs the graph."""
+        """Adds the stages' tasks; returns the keys that run the graph: a small task per partition
+        of every stage whose outputs nothing outside it reads and of every other unread PCollection."""
         found = []
+        for stage in self.stages:
+            tasks = stage.tasks()
+            self.graph.update(tasks)
+            found += [key for key in tasks if key[0].endswith("/sink")]
         for pc, (name, n) in self.parts.items():
-            if pc not in self.read:
+            if pc not in self.read and pc not in self.fused:
                 for i in range(n):
                     self.graph[(f"{name}/sink", i)] = (len, (name, i))
                     found.append((f"{name}/sink", i))
@@ -350,21 +420,26 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
 
 
+def translate(pipeline: beam.Pipeline, options: PipelineOptions) -> tuple[dict[Any, Any], list[Any]]:
+    """The pipeline as ``(dask graph, the keys that run it)``."""
+    bag_options = options.view_as(beam_dask.DaskOptions)
+    if bag_options.partition_size:
+        raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
+    pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
+    translation = _Translate(bag_options.npartitions)
+    pipeline.visit(translation)
+    return translation.graph, translation.sinks()
+
+
 class DaskRunner(beam_dask.DaskRunner):
     """``--runner DaskRunner``: the same graph on a dask.distributed cluster (see the module doc)."""
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> DaskRunnerResult:
-        bag_options = options.view_as(beam_dask.DaskOptions)
-        if bag_options.partition_size:
-            raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
-        pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
-        translate = _Translate(bag_options.npartitions)
-        pipeline.visit(translate)
-        sinks = translate.sinks()
+        graph, sinks = translate(pipeline, options)
         client, cluster = connect(options)
         try:
             client.register_plugin(store_options_plugin(options))
-            futures = client.get(translate.graph, sinks, sync=False)
+            futures = client.get(graph, sinks, sync=False)
         except BaseException:
             client.close()
             if cluster is not None:

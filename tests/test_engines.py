@@ -202,6 +202,44 @@ def test_dask_translation_routes_tags_keeps_finish_bundle_outputs_and_side_input
                     equal_to([10]), label="flatten")
 
 
+_LOG: list[tuple[str, int]] = []
+
+
+class _Log(beam.DoFn):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def process(self, x: int, side: int = 0):
+        _LOG.append((self.name, x + side))
+        yield x
+
+
+def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them():
+    """A ParDo reading another's output runs in the same task, element by element (nothing held
+    between them); one reading a side input starts a stage of its own; an output read outside its
+    stage (here by a combine's shuffle) is still delivered. Run in-process by dask's sync scheduler."""
+    from dask.local import get_sync
+
+    from pipeline.dask_runner import run_stage, translate
+
+    options = PipelineOptions(["--dask_npartitions=2"])
+    p = beam.Pipeline(options=options)
+    a = p | "Nums" >> beam.Create(range(4)) | "A" >> beam.ParDo(_Log("a"))
+    b = a | "B" >> beam.ParDo(_Log("b"))
+    total = a | "Total" >> beam.CombineGlobally(sum)
+    _ = b | "C" >> beam.ParDo(_Log("c"), beam.pvalue.AsSingleton(total))
+    graph, sinks = translate(p, options)
+    stage_of = {label: key[0] for key, task in graph.items() if isinstance(task, tuple) and task[0] is run_stage
+                for label in key[0].rsplit("-", 1)[0].split("+")}
+    assert stage_of["A"] == stage_of["B"] != stage_of["C"]
+    _LOG.clear()
+    get_sync(graph, sinks)
+    pairs = [entry for entry in _LOG if entry[0] != "c"]
+    assert pairs == [(name, x) for x in [x for name, x in pairs[::2]] for name in "ab"]  # a0 b0 a1 b1 ...
+    assert sorted(x for name, x in pairs[::2]) == [0, 1, 2, 3]
+    assert sorted(x for name, x in _LOG if name == "c") == [6, 7, 8, 9]
+
+
 def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably():
     from pipeline.dask_runner import split_by_key, stable_partition
 
