@@ -205,8 +205,9 @@ class _Stage:
     slots: list[str] = dataclasses.field(default_factory=list)
 
     def tasks(self) -> dict[Any, Any]:
-        """Its tasks, named like Beam's fused stages (``A+B+C``), and one per slot and partition."""
-        key = f"{'+'.join(self.labels)}-{self.name.rsplit('-', 1)[1]}"
+        """Its tasks, named by the first ParDo and how many follow it (``A+2``: a key names a
+        worker's spill file, so all of ``A+B+C`` would be too long), and one per slot and partition."""
+        key = f"{self.labels[0]}+{len(self.labels) - 1}-{self.name.rsplit('-', 1)[1]}"
         payload = pickle.dumps(self.pardos)
         graph: dict[Any, Any] = {}
         for i, input_key in enumerate(self.inputs):
