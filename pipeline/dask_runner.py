@@ -35,6 +35,7 @@ import operator
 import os
 import pickle
 import threading
+from collections import Counter
 from typing import Any
 
 import apache_beam as beam
@@ -69,17 +70,17 @@ class LocalDaskOptions(PipelineOptions):
 
 class _Fanout(Receiver):
     """One output tag of a fused ParDo: each element goes on to the ParDos of the stage that read
-    it, as it is emitted (nothing between them is held), and into ``out`` if the tag is read
-    outside the stage."""
+    it, as it is emitted (nothing between them is held), and into the slots of the stage's result
+    that something outside the stage reads."""
 
-    def __init__(self, targets: list[DoFnRunner], out: list[Any] | None) -> None:
-        self.targets, self.out = targets, out
+    def __init__(self, targets: list[DoFnRunner], outs: list[list[Any]]) -> None:
+        self.targets, self.outs = targets, outs
 
     def receive(self, windowed_value: WindowedValue) -> None:
         for target in self.targets:
             target.process(windowed_value)
-        if self.out is not None:
-            self.out.append(windowed_value.value)
+        for out in self.outs:
+            out.append(windowed_value.value)
 
 
 _POOL: dict[str, list[beam.DoFn]] = {}
@@ -107,18 +108,20 @@ def _give_back(key: str, fn: beam.DoFn) -> None:
         _POOL.setdefault(key, []).append(fn)
 
 
-Wiring = dict[Any, tuple[list[int], int | None]]
-"""Per output tag of a fused ParDo: the stage's ParDos that read it (indexes), and its slot in
-the stage's result if it is read outside the stage."""
+Wiring = dict[Any, tuple[list[int], list[int]]]
+"""Per output tag of a fused ParDo: the stage's ParDos that read it (indexes), and its slots in
+the stage's result (read outside the stage)."""
 
 
-def run_stage(items: list[Any], stage: bytes, slots: int, *side_values: list[Any]) -> list[list[Any]]:
+def run_stage(items: list[Any], stage: bytes, pieces: list[int | None], *side_values: list[Any]) -> list[Any]:
     """One partition through a fused stage as one bundle, element by element, as Beam's SDK
     workers run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in
     graph order, the first reading ``items`` (and the side inputs), each later one reading
-    outputs of earlier ones. Returns the values of each slot."""
+    outputs of earlier ones. Returns each slot's values, or for a slot that a GroupByKey reads
+    (``pieces`` given) its shuffle write (:func:`split_by_key`), done here as Beam's fused stages
+    end in their shuffle write."""
     pardos: list[tuple[str, bytes, Wiring]] = pickle.loads(stage)
-    out: list[list[Any]] = [[] for _ in range(slots)]
+    out: list[list[Any]] = [[] for _ in pieces]
     fns: list[beam.DoFn] = []
     runners: list[DoFnRunner] = []
     for index, (key, payload, wiring) in reversed(list(enumerate(pardos))):  # readers are built first
@@ -126,7 +129,7 @@ def run_stage(items: list[Any], stage: bytes, slots: int, *side_values: list[Any
         sides = [SideInputMap(view, options, [GlobalWindows.windowed_value(v) for v in values])
                  for (view, options), values in zip(views, side_values)] if index == 0 else []
         receivers = {tag: _Fanout([runners[len(pardos) - 1 - reader] for reader in wiring[tag][0]],
-                                  None if wiring[tag][1] is None else out[wiring[tag][1]]) for tag in tags}
+                                  [out[slot] for slot in wiring[tag][1]]) for tag in tags}
         fns.append(fn)
         runners.append(DoFnRunner(fn, args, kwargs, sides, windowing, receivers, step_name=key))
     fns.reverse()
@@ -139,7 +142,7 @@ def run_stage(items: list[Any], stage: bytes, slots: int, *side_values: list[Any
         runner.finish()
     for (key, _, _), fn in zip(pardos, fns):  # only after a bundle that succeeded: a failed one may have left state behind
         _give_back(key, fn)
-    return out
+    return [values if n is None else split_by_key(values, n) for values, n in zip(out, pieces)]
 
 
 def stable_partition(key: Any, n: int) -> int:
@@ -155,18 +158,25 @@ def stable_partition(key: Any, n: int) -> int:
     return int.from_bytes(digest, "little") % n
 
 
-def split_by_key(items: list[tuple[Any, Any]], n: int) -> list[list[tuple[Any, Any]]]:
+def split_by_key(items: list[tuple[Any, Any]], n: int) -> list[bytes]:
+    """The shuffle's write side: ``items`` as ``n`` pickled pieces, piece ``j`` for output partition ``j``.
+
+    Pickled, as every Beam runner encodes what it shuffles: a worker holds (and Dask moves or
+    spills) a few large buffers instead of a partition's Python objects, which glibc gives back to
+    the system when they are freed; and a worker that fetches this split for one of its pieces
+    holds a copy of bytes, not of every piece's objects.
+    """
     parts: list[list[tuple[Any, Any]]] = [[] for _ in range(n)]
     for item in items:
         parts[stable_partition(item[0], n)].append(item)
-    return parts
+    return [pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL) for part in parts]
 
 
-def group_part(j: int, splits: list[list[list[tuple[Any, Any]]]]) -> list[tuple[Any, list[Any]]]:
+def group_part(j: int, splits: list[list[bytes]]) -> list[tuple[Any, list[Any]]]:
     """Output partition ``j`` of a GroupByKey: its pairs from every input partition, grouped."""
     groups: dict[Any, list[Any]] = {}
     for split in splits:
-        for key, value in split[j]:
+        for key, value in pickle.loads(split[j]):
             groups.setdefault(key, []).append(value)
     return list(groups.items())
 
@@ -194,25 +204,33 @@ class _GroupByKeyOverride(PTransformOverride):
 @dataclasses.dataclass
 class _Stage:
     """ParDos fused into one task per partition (:func:`run_stage`): the first reads ``inputs``
-    (and the side inputs ``sides``), the others read outputs of the stage. ``slots`` name the
-    outputs read outside the stage."""
+    (and the side inputs ``sides``), the others read outputs of the stage. ``slots`` are the
+    outputs read outside the stage: ``(name, pieces)``, pieces for a GroupByKey's split."""
 
     name: str
     inputs: list[Any]
     sides: list[Any]
     labels: list[str] = dataclasses.field(default_factory=list)
     pardos: list[tuple[str, bytes, Wiring]] = dataclasses.field(default_factory=list)
-    slots: list[str] = dataclasses.field(default_factory=list)
+    slots: list[tuple[str, int | None]] = dataclasses.field(default_factory=list)
+
+    def slot(self, index: int, tag: Any, pieces: int | None) -> list[tuple[str, int]]:
+        """The keys of a new slot of ParDo ``index``'s output ``tag``."""
+        self.pardos[index][2][tag][1].append(len(self.slots))
+        name = f"{self.name}[{len(self.slots)}]"
+        self.slots.append((name, pieces))
+        return [(name, i) for i in range(len(self.inputs))]
 
     def tasks(self) -> dict[Any, Any]:
         """Its tasks, named by the first ParDo and how many follow it (``A+2``: a key names a
         worker's spill file, so all of ``A+B+C`` would be too long), and one per slot and partition."""
         key = f"{self.labels[0]}+{len(self.labels) - 1}-{self.name.rsplit('-', 1)[1]}"
         payload = pickle.dumps(self.pardos)
+        pieces = [n for _, n in self.slots]
         graph: dict[Any, Any] = {}
         for i, input_key in enumerate(self.inputs):
-            graph[(key, i)] = (run_stage, input_key, payload, len(self.slots), *self.sides)
-            for slot, name in enumerate(self.slots):
+            graph[(key, i)] = (run_stage, input_key, payload, pieces, *self.sides)
+            for slot, (name, _) in enumerate(self.slots):
                 graph[(name, i)] = (operator.getitem, (key, i), slot)
             if not self.slots:  # nothing outside reads it: a small task that runs it
                 graph[(f"{key}/sink", i)] = (len, (key, i))
@@ -225,7 +243,10 @@ class _Translate(PipelineVisitor):
 
     ParDos are fused as Beam's runners fuse them: a ParDo whose main input is an output of a
     stage joins that stage, unless it reads side inputs (which may depend on the stage itself);
-    an output becomes keys of its own only when something outside the stage reads it.
+    an output becomes keys of its own only when something outside the stage reads it, already
+    split for a GroupByKey that reads it. A stage that is the only reader of a GroupByKey's output
+    groups its partition itself (the shuffle's read side). A Flatten is its inputs' partitions,
+    side by side.
     """
 
     def __init__(self, create_partitions: int | None) -> None:
@@ -233,27 +254,68 @@ class _Translate(PipelineVisitor):
         self.parts: dict[beam.PCollection, tuple[str, int]] = {}
         self.fused: dict[beam.PCollection, tuple[_Stage, int, Any]] = {}  # output -> (stage, ParDo, tag)
         self.stages: list[_Stage] = []
+        self.flattened: dict[beam.PCollection, list[beam.PCollection]] = {}
+        self.grouped: dict[beam.PCollection, tuple[str, list[Any]]] = {}  # a GroupByKey's output: its tasks
+        self.readers: Counter[beam.PCollection] = Counter()
+        self.splits: dict[tuple[beam.PCollection, int], list[Any]] = {}
         self.read: set[beam.PCollection] = set()
         self.create_partitions = create_partitions
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
         self.ids = itertools.count()
 
+    def count_readers(self) -> PipelineVisitor:
+        """A visitor that counts the readers of each PCollection, into ``readers``: to run first."""
+        readers = self.readers
+
+        class Count(PipelineVisitor):
+            def visit_transform(self, node: AppliedPTransform) -> None:
+                readers.update([*node.main_inputs.values(), *(si.pvalue for si in node.side_inputs)])
+
+        return Count()
+
     def _name(self, node: AppliedPTransform, what: str = "") -> str:
         return f"{node.full_label}{what}-{next(self.ids)}"
 
-    def _keys(self, pc: beam.PCollection) -> list[tuple[str, int]]:
-        if pc not in self.parts:  # a stage's output, read outside the stage: it gets a slot
+    def _keys(self, pc: beam.PCollection) -> list[Any]:
+        if pc in self.flattened:
+            return [key for part in self.flattened[pc] for key in self._keys(part)]
+        if pc in self.grouped and pc not in self.parts:
+            name, tasks = self.grouped[pc]
+            self.graph.update(((name, j), task) for j, task in enumerate(tasks))
+            self.parts[pc] = (name, len(tasks))
+        elif pc not in self.parts:  # a stage's output, read outside the stage: it gets a slot
             stage, index, tag = self.fused[pc]
-            readers, _ = stage.pardos[index][2][tag]
-            stage.pardos[index][2][tag] = (readers, len(stage.slots))
-            stage.slots.append(f"{stage.name}[{len(stage.slots)}]")
-            self.parts[pc] = (stage.slots[-1], len(stage.inputs))
+            self.parts[pc] = (stage.slot(index, tag, None)[0][0], len(stage.inputs))
         name, n = self.parts[pc]
         return [(name, i) for i in range(n)]
 
+    def _count(self, pc: beam.PCollection) -> int:
+        """How many partitions ``pc`` has (without giving a stage's output a slot)."""
+        if pc in self.flattened:
+            return sum(self._count(part) for part in self.flattened[pc])
+        if pc in self.grouped:
+            return len(self.grouped[pc][1])
+        return self.parts[pc][1] if pc in self.parts else len(self.fused[pc][0].inputs)
+
+    def _split(self, pc: beam.PCollection, n: int, node: AppliedPTransform) -> list[Any]:
+        """Keys of ``pc``'s partitions split into ``n`` pieces each (:func:`split_by_key`)."""
+        if pc in self.flattened:
+            return [key for part in self.flattened[pc] for key in self._split(part, n, node)]
+        if (pc, n) not in self.splits:
+            if pc in self.fused and pc not in self.parts:
+                stage, index, tag = self.fused[pc]
+                self.splits[pc, n] = stage.slot(index, tag, n)
+            else:
+                split = self._name(node, "/split")
+                for i, key in enumerate(self._keys(pc)):
+                    self.graph[(split, i)] = (split_by_key, key, n)
+                self.splits[pc, n] = [(split, i) for i in range(len(self._keys(pc)))]
+        return self.splits[pc, n]
+
     def visit_transform(self, node: AppliedPTransform) -> None:
         transform, graph = node.transform, self.graph
-        inputs = [pc for pc in node.main_inputs.values() if pc in self.parts or pc in self.fused]  # not PBegin
+        inputs = [pc for pc in node.main_inputs.values() if any(pc in known for known in (self.parts, self.fused,
+                                                                                          self.flattened, self.grouped))]
         self.read.update(node.main_inputs.values())
         self.read.update(si.pvalue for si in node.side_inputs)
         name = self._name(node)
@@ -267,21 +329,14 @@ class _Translate(PipelineVisitor):
         elif isinstance(transform, beam.ParDo):
             self._pardo(node, name, inputs[0])
         elif isinstance(transform, _GroupByKeyOnly):
-            keys = self._keys(inputs[0])
-            n = min(len(keys), self.shuffle_partitions)
-            split = self._name(node, "/split")
-            for i, key in enumerate(keys):
-                graph[(split, i)] = (split_by_key, key, n)
-            for j in range(n):
-                graph[(name, j)] = (group_part, j, [(split, i) for i in range(len(keys))])
-            self.parts[node.outputs[None]] = (name, n)
-        elif isinstance(transform, (_Flatten, _Reshuffle)):
-            keys = [key for pc in inputs for key in self._keys(pc)]
-            if not keys:
-                graph[(name, 0)] = (literal, pickle.dumps([]))
-            for i, key in enumerate(keys):
-                graph[(name, i)] = key  # an alias: no copy
-            self.parts[node.outputs[None]] = (name, max(1, len(keys)))
+            n = min(self._count(inputs[0]), self.shuffle_partitions)
+            splits = self._split(inputs[0], n, node)
+            self.grouped[node.outputs[None]] = (name, [(group_part, j, splits) for j in range(n)])
+        elif isinstance(transform, (_Flatten, _Reshuffle)) and inputs:
+            self.flattened[node.outputs[None]] = inputs
+        elif isinstance(transform, _Flatten):  # of nothing
+            graph[(name, 0)] = (literal, pickle.dumps([]))
+            self.parts[node.outputs[None]] = (name, 1)
         else:
             raise NotImplementedError(f"DaskRunner: no translation for {node.full_label} ({type(transform).__name__})")
 
@@ -300,12 +355,13 @@ class _Translate(PipelineVisitor):
                 side = self._name(node, "/side")
                 self.graph[(side, 0)] = (everything, self._keys(si.pvalue))
                 sides.append((side, 0))
-            stage = _Stage(name, self._keys(main), sides)
+            inline = main in self.grouped and main not in self.parts and self.readers[main] == 1
+            stage = _Stage(name, self.grouped[main][1] if inline else self._keys(main), sides)
             self.stages.append(stage)
         for tag in tags:
             self.fused[node.outputs[tag]] = (stage, len(stage.pardos), tag)
         stage.labels.append(node.full_label)
-        stage.pardos.append((hashlib.sha1(payload).hexdigest(), payload, {tag: ([], None) for tag in tags}))
+        stage.pardos.append((hashlib.sha1(payload).hexdigest(), payload, {tag: ([], []) for tag in tags}))
 
     def sinks(self) -> list[Any]:
         """Adds the stages' tasks; returns the keys that run the graph: a small task per partition
@@ -428,6 +484,7 @@ def translate(pipeline: beam.Pipeline, options: PipelineOptions) -> tuple[dict[A
         raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
     pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
     translation = _Translate(bag_options.npartitions)
+    pipeline.visit(translation.count_readers())
     pipeline.visit(translation)
     return translation.graph, translation.sinks()
 
