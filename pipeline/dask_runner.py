@@ -16,9 +16,10 @@ plain dask task graph, each PCollection a list of partitions:
   ``finish_bundle``'s included, are routed by tag;
 - a side input is one task that gathers its PCollection, passed to every bundle that reads it;
 - GroupByKey splits each input partition by a hash of the pickled key (the same on every worker,
-  unlike ``hash()`` of a str; an int key by its value modulo the partitions) and groups each
-  output partition; Flatten and Reshuffle only
-  rename partitions; each Create element is a partition of its own (up to 1024);
+  unlike ``hash()`` of a str; an int key by its value modulo the partitions) into pickled pieces,
+  at the end of the stage that writes it, and groups each output partition at the start of the
+  stage that reads it; a Flatten is its inputs' partitions side by side (Reshuffle too); each
+  Create element is a partition of its own (up to 1024);
 - every PCollection nothing reads is a sink: all of them are computed in one graph.
 
 Only batch pipelines in the global window (ours). Counts travel as data (``counting``), so the
