@@ -5,8 +5,8 @@ line for every engine mistake."""
 from __future__ import annotations
 
 import hashlib
-import pickle
 import os
+import pickle
 import shutil
 import signal
 import subprocess
