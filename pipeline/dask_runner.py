@@ -259,7 +259,6 @@ class _Translate(PipelineVisitor):
         self.grouped: dict[beam.PCollection, tuple[str, list[Any]]] = {}  # a GroupByKey's output: its tasks
         self.readers: Counter[beam.PCollection] = Counter()
         self.splits: dict[tuple[beam.PCollection, int], list[Any]] = {}
-        self.read: set[beam.PCollection] = set()
         self.create_partitions = create_partitions
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
         self.ids = itertools.count()
@@ -317,8 +316,6 @@ class _Translate(PipelineVisitor):
         transform, graph = node.transform, self.graph
         inputs = [pc for pc in node.main_inputs.values() if any(pc in known for known in (self.parts, self.fused,
                                                                                           self.flattened, self.grouped))]
-        self.read.update(node.main_inputs.values())
-        self.read.update(si.pvalue for si in node.side_inputs)
         name = self._name(node)
         if isinstance(transform, _Create):
             values = list(transform.values)
@@ -373,7 +370,7 @@ class _Translate(PipelineVisitor):
             self.graph.update(tasks)
             found += [key for key in tasks if key[0].endswith("/sink")]
         for pc, (name, n) in self.parts.items():
-            if pc not in self.read and pc not in self.fused:
+            if not self.readers[pc] and pc not in self.fused:
                 for i in range(n):
                     self.graph[(f"{name}/sink", i)] = (len, (name, i))
                     found.append((f"{name}/sink", i))
