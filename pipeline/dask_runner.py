@@ -15,11 +15,19 @@ plain dask task graph, each PCollection a list of partitions:
   once per worker process (DoFn instances are pooled, as Beam's workers do), and outputs,
   ``finish_bundle``'s included, are routed by tag;
 - a side input is one task that gathers its PCollection, passed to every bundle that reads it;
-- GroupByKey splits each input partition by a hash of the pickled key (the same on every worker,
-  unlike ``hash()`` of a str; an int key by its value modulo the partitions) into pickled pieces,
-  at the end of the stage that writes it, and groups each output partition at the start of the
-  stage that reads it; a Flatten is its inputs' partitions side by side (Reshuffle too); each
-  Create element is a partition of its own (up to 1024);
+- what a stage writes for another stage goes to files, as Spark's and Beam's batch runners
+  materialize between stages: one file per partition under the run's shuffle folder, pickled.
+  A GroupByKey's input is split by a hash of the pickled key (the same on every worker, unlike
+  ``hash()`` of a str; an int key by its value modulo the partitions) into one piece per output
+  partition, and the stage that reads it starts by reading its own piece of every file and
+  grouping them. Dask holds and moves only the files' names and offsets (:class:`Pieces`): a
+  worker holds the partition it works on, never another worker's output or a stage's output
+  waiting for its reader, so its memory does not grow with the corpus. The folder is
+  ``--temp_location`` (required for a running cluster: every worker must reach it, as gs://,
+  s3:// or a shared filesystem), else a temporary folder on this machine for the LocalCluster;
+  it is deleted when the run ends;
+- a Flatten is its inputs' partitions side by side (Reshuffle too); each Create element is a
+  partition of its own (up to 1024);
 - every PCollection nothing reads is a sink: all of them are computed in one graph.
 
 Only batch pipelines in the global window (ours). Counts travel as data (``counting``), so the
@@ -35,13 +43,15 @@ import logging
 import operator
 import os
 import pickle
+import tempfile
 import threading
+import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.internal import pickler
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor, PTransformOverride
 from apache_beam.runners.common import DoFnRunner, Receiver
 from apache_beam.runners.dask import dask_runner as beam_dask
@@ -51,7 +61,7 @@ from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from . import local_runner
+from . import fs, local_runner
 from .errors import UserError
 
 MAX_CREATE_PARTITIONS = 1024
@@ -114,15 +124,56 @@ Wiring = dict[Any, tuple[list[int], list[int]]]
 the stage's result (read outside the stage)."""
 
 
-def run_stage(items: list[Any], stage: bytes, pieces: list[int | None], *side_values: list[Any]) -> list[Any]:
+class Pieces(NamedTuple):
+    """A partition written to the shuffle folder: its file, and where each piece of it starts
+    (and the last ends). An empty piece is no bytes."""
+
+    path: str
+    offsets: list[int]
+
+    def read(self, j: int = 0) -> list[Any]:
+        """Piece ``j``: only its bytes are read."""
+        start, end = self.offsets[j], self.offsets[j + 1]
+        if start == end:
+            return []
+        with fs.open_read(self.path) as stream:
+            stream.seek(start)
+            return pickle.loads(stream.read(end - start))
+
+
+def write_pieces(parts: list[list[Any]], path: str) -> Pieces:
+    """``parts`` into the file ``path``, pickled one by one. Written under a temporary name and
+    renamed (:func:`fs.write_atomic`): a task redone after its worker was lost writes it again."""
+    offsets = [0]
+
+    def write(stream: Any) -> None:
+        for part in parts:
+            blob = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL) if part else b""
+            stream.write(blob)
+            offsets.append(offsets[-1] + len(blob))
+
+    fs.write_atomic(path, write)
+    return Pieces(path, offsets)
+
+
+def load(part: list[Any] | Pieces) -> list[Any]:
+    """A partition's elements: a Create's or a group's as they are, a stage output from its file."""
+    return part.read() if isinstance(part, Pieces) else part
+
+
+Slot = tuple[str, int | None]
+"""Where a stage writes an output that is read outside it, in a task: the partition's file, and
+for a GroupByKey's input how many pieces to split it into (None: one piece, as it is)."""
+
+
+def run_stage(items: list[Any] | Pieces, stage: bytes, slots: list[Slot], *side_values: list[Any]) -> list[Pieces | None]:
     """One partition through a fused stage as one bundle, element by element, as Beam's SDK
     workers run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in
     graph order, the first reading ``items`` (and the side inputs), each later one reading
-    outputs of earlier ones. Returns each slot's values, or for a slot that a GroupByKey reads
-    (``pieces`` given) its shuffle write (:func:`split_by_key`), done here as Beam's fused stages
-    end in their shuffle write."""
+    outputs of earlier ones. Returns each slot's file, written here as Beam's fused stages end in
+    their shuffle write: for a GroupByKey's input, split by key (:func:`split_by_key`)."""
     pardos: list[tuple[str, bytes, Wiring]] = pickle.loads(stage)
-    out: list[list[Any]] = [[] for _ in pieces]
+    out: list[list[Any]] = [[] for _ in slots]
     fns: list[beam.DoFn] = []
     runners: list[DoFnRunner] = []
     for index, (key, payload, wiring) in reversed(list(enumerate(pardos))):  # readers are built first
@@ -137,13 +188,13 @@ def run_stage(items: list[Any], stage: bytes, pieces: list[int | None], *side_va
     runners.reverse()
     for runner in runners:
         runner.start()
-    for item in items:
+    for item in load(items):
         runners[0].process(GlobalWindows.windowed_value(item))
     for runner in runners:  # in graph order: what a finish_bundle emits reaches readers not yet finished
         runner.finish()
     for (key, _, _), fn in zip(pardos, fns):  # only after a bundle that succeeded: a failed one may have left state behind
         _give_back(key, fn)
-    return [values if n is None else split_by_key(values, n) for values, n in zip(out, pieces)]
+    return [split_by_key(values, path, n) if n else write_pieces([values], path) for values, (path, n) in zip(out, slots)]
 
 
 def stable_partition(key: Any, n: int) -> int:
@@ -159,31 +210,26 @@ def stable_partition(key: Any, n: int) -> int:
     return int.from_bytes(digest, "little") % n
 
 
-def split_by_key(items: list[tuple[Any, Any]], n: int) -> list[bytes]:
-    """The shuffle's write side: ``items`` as ``n`` pickled pieces, piece ``j`` for output partition ``j``.
-
-    Pickled, as every Beam runner encodes what it shuffles: a worker holds (and Dask moves or
-    spills) a few large buffers instead of a partition's Python objects, which glibc gives back to
-    the system when they are freed; and a worker that fetches this split for one of its pieces
-    holds a copy of bytes, not of every piece's objects.
-    """
+def split_by_key(items: list[tuple[Any, Any]] | Pieces, path: str, n: int) -> Pieces:
+    """The shuffle's write side: ``items`` into the file ``path`` as ``n`` pieces, piece ``j`` for
+    output partition ``j`` of the GroupByKey."""
     parts: list[list[tuple[Any, Any]]] = [[] for _ in range(n)]
-    for item in items:
+    for item in load(items):
         parts[stable_partition(item[0], n)].append(item)
-    return [pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL) for part in parts]
+    return write_pieces(parts, path)
 
 
-def group_part(j: int, splits: list[list[bytes]]) -> list[tuple[Any, list[Any]]]:
-    """Output partition ``j`` of a GroupByKey: its pairs from every input partition, grouped."""
+def group_part(j: int, splits: list[Pieces]) -> list[tuple[Any, list[Any]]]:
+    """Output partition ``j`` of a GroupByKey: its piece of every input partition's file, grouped."""
     groups: dict[Any, list[Any]] = {}
     for split in splits:
-        for key, value in pickle.loads(split[j]):
+        for key, value in split.read(j):
             groups.setdefault(key, []).append(value)
     return list(groups.items())
 
 
-def everything(parts: list[list[Any]]) -> list[Any]:
-    return [item for part in parts for item in part]
+def everything(parts: list[list[Any] | Pieces]) -> list[Any]:
+    return [item for part in parts for item in load(part)]
 
 
 def literal(payload: bytes) -> Any:
@@ -206,20 +252,21 @@ class _GroupByKeyOverride(PTransformOverride):
 class _Stage:
     """ParDos fused into one task per partition (:func:`run_stage`): the first reads ``inputs``
     (and the side inputs ``sides``), the others read outputs of the stage. ``slots`` are the
-    outputs read outside the stage: ``(name, pieces)``, pieces for a GroupByKey's split."""
+    outputs read outside the stage: ``(name, files, pieces)``, the path of their files without
+    the partition, and for a GroupByKey's input how many pieces (see :data:`Slot`)."""
 
     name: str
     inputs: list[Any]
     sides: list[Any]
     labels: list[str] = dataclasses.field(default_factory=list)
     pardos: list[tuple[str, bytes, Wiring]] = dataclasses.field(default_factory=list)
-    slots: list[tuple[str, int | None]] = dataclasses.field(default_factory=list)
+    slots: list[tuple[str, str, int | None]] = dataclasses.field(default_factory=list)
 
-    def slot(self, index: int, tag: Any, pieces: int | None) -> list[tuple[str, int]]:
+    def slot(self, index: int, tag: Any, files: str, pieces: int | None) -> list[tuple[str, int]]:
         """The keys of a new slot of ParDo ``index``'s output ``tag``."""
         self.pardos[index][2][tag][1].append(len(self.slots))
         name = f"{self.name}[{len(self.slots)}]"
-        self.slots.append((name, pieces))
+        self.slots.append((name, files, pieces))
         return [(name, i) for i in range(len(self.inputs))]
 
     def tasks(self) -> dict[Any, Any]:
@@ -227,11 +274,11 @@ class _Stage:
         worker's spill file, so all of ``A+B+C`` would be too long), and one per slot and partition."""
         key = f"{self.labels[0]}+{len(self.labels) - 1}-{self.name.rsplit('-', 1)[1]}"
         payload = pickle.dumps(self.pardos)
-        pieces = [n for _, n in self.slots]
         graph: dict[Any, Any] = {}
         for i, input_key in enumerate(self.inputs):
-            graph[(key, i)] = (run_stage, input_key, payload, pieces, *self.sides)
-            for slot, (name, _) in enumerate(self.slots):
+            slots = [(f"{files}-{i}", pieces) for _, files, pieces in self.slots]
+            graph[(key, i)] = (run_stage, input_key, payload, slots, *self.sides)
+            for slot, (name, _, _) in enumerate(self.slots):
                 graph[(name, i)] = (operator.getitem, (key, i), slot)
             if not self.slots:  # nothing outside reads it: a small task that runs it
                 graph[(f"{key}/sink", i)] = (len, (key, i))
@@ -250,7 +297,7 @@ class _Translate(PipelineVisitor):
     side by side.
     """
 
-    def __init__(self, create_partitions: int | None) -> None:
+    def __init__(self, create_partitions: int | None, shuffle_dir: str) -> None:
         self.graph: dict[Any, Any] = {}
         self.parts: dict[beam.PCollection, tuple[str, int]] = {}
         self.fused: dict[beam.PCollection, tuple[_Stage, int, Any]] = {}  # output -> (stage, ParDo, tag)
@@ -260,6 +307,7 @@ class _Translate(PipelineVisitor):
         self.readers: Counter[beam.PCollection] = Counter()
         self.splits: dict[tuple[beam.PCollection, int], list[Any]] = {}
         self.create_partitions = create_partitions
+        self.shuffle_dir = shuffle_dir
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
         self.ids = itertools.count()
 
@@ -276,6 +324,10 @@ class _Translate(PipelineVisitor):
     def _name(self, node: AppliedPTransform, what: str = "") -> str:
         return f"{node.full_label}{what}-{next(self.ids)}"
 
+    def _files(self) -> str:
+        """A new path in the shuffle folder, for one output's files (one per partition)."""
+        return fs.join(self.shuffle_dir, f"out-{next(self.ids)}")
+
     def _keys(self, pc: beam.PCollection) -> list[Any]:
         if pc in self.flattened:
             return [key for part in self.flattened[pc] for key in self._keys(part)]
@@ -285,7 +337,7 @@ class _Translate(PipelineVisitor):
             self.parts[pc] = (name, len(tasks))
         elif pc not in self.parts:  # a stage's output, read outside the stage: it gets a slot
             stage, index, tag = self.fused[pc]
-            self.parts[pc] = (stage.slot(index, tag, None)[0][0], len(stage.inputs))
+            self.parts[pc] = (stage.slot(index, tag, self._files(), None)[0][0], len(stage.inputs))
         name, n = self.parts[pc]
         return [(name, i) for i in range(n)]
 
@@ -302,13 +354,14 @@ class _Translate(PipelineVisitor):
         if pc in self.flattened:
             return [key for part in self.flattened[pc] for key in self._split(part, n, node)]
         if (pc, n) not in self.splits:
+            files = self._files()
             if pc in self.fused and pc not in self.parts:
                 stage, index, tag = self.fused[pc]
-                self.splits[pc, n] = stage.slot(index, tag, n)
+                self.splits[pc, n] = stage.slot(index, tag, files, n)
             else:
                 split = self._name(node, "/split")
                 for i, key in enumerate(self._keys(pc)):
-                    self.graph[(split, i)] = (split_by_key, key, n)
+                    self.graph[(split, i)] = (split_by_key, key, f"{files}-{i}", n)
                 self.splits[pc, n] = [(split, i) for i in range(len(self._keys(pc)))]
         return self.splits[pc, n]
 
@@ -329,7 +382,10 @@ class _Translate(PipelineVisitor):
         elif isinstance(transform, _GroupByKeyOnly):
             n = min(self._count(inputs[0]), self.shuffle_partitions)
             splits = self._split(inputs[0], n, node)
-            self.grouped[node.outputs[None]] = (name, [(group_part, j, splits) for j in range(n)])
+            # the split files' names in one task, which each group task reads: 2n dependencies
+            # rather than n x n, which grew the scheduler's and every worker's state with the corpus
+            self.graph[(f"{name}/files", 0)] = (list, splits)
+            self.grouped[node.outputs[None]] = (name, [(group_part, j, (f"{name}/files", 0)) for j in range(n)])
         elif isinstance(transform, (_Flatten, _Reshuffle)) and inputs:
             self.flattened[node.outputs[None]] = inputs
         elif isinstance(transform, _Flatten):  # of nothing
@@ -380,11 +436,12 @@ class _Translate(PipelineVisitor):
 # --------------------------------------------------------------------------- runner
 
 class DaskRunnerResult(PipelineResult):
-    """The futures of one run; the client (and a LocalCluster we started) close when it ends."""
+    """The futures of one run; the client (and a LocalCluster we started) close when it ends, and
+    the shuffle folder is deleted."""
 
-    def __init__(self, client: Any, cluster: Any, futures: list[Any]) -> None:
+    def __init__(self, client: Any, cluster: Any, futures: list[Any], shuffle_dir: str) -> None:
         super().__init__(PipelineState.RUNNING)
-        self.client, self.cluster, self.futures = client, cluster, futures
+        self.client, self.cluster, self.futures, self.shuffle_dir = client, cluster, futures, shuffle_dir
 
     def wait_until_finish(self, duration: int | None = None) -> str:
         from dask.distributed import wait
@@ -407,6 +464,7 @@ class DaskRunnerResult(PipelineResult):
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+        fs.remove_folder(self.shuffle_dir)
 
     def cancel(self) -> str:
         self.client.cancel(self.futures)
@@ -445,7 +503,10 @@ def local_cluster(workers: int | None) -> Any:
     Beam, distributed and the pipeline imported, rather than spawned as new interpreters that import
     them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold, one BLAS thread) and
     hash seed must be in a process's environment when it starts, so they go into this one's before
-    the fork server starts, as the nanny would put them there before spawning.
+    the fork server starts, as the nanny would put them there before spawning. The workers keep
+    no statistical profile (it is for a dashboard, which this cluster has not got, and its call
+    trees grew by a fifth of a worker's memory at 8x the benchmark corpus) and shorter developer
+    logs (each entry holds a task, and a stage's task holds its pickled DoFns).
     """
     import dask
     from dask.distributed import LocalCluster
@@ -453,7 +514,8 @@ def local_cluster(workers: int | None) -> Any:
     environ = {name: str(value) for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
     os.environ.update({"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "6640"), **environ})
     forked = local_runner.start_fork_server([*local_runner.WORKER_MODULES, "distributed", __name__])
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn"}):
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn",
+                          "distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 100}):
         return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
                             host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
 
@@ -475,13 +537,22 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
 
 
-def translate(pipeline: beam.Pipeline, options: PipelineOptions) -> tuple[dict[Any, Any], list[Any]]:
-    """The pipeline as ``(dask graph, the keys that run it)``."""
+def shuffle_folder(options: PipelineOptions) -> str:
+    """A new folder for one run's shuffle files: below ``--temp_location``, else (a LocalCluster's
+    workers share this machine's disk) in the system's temporary folder."""
+    temp = options.view_as(GoogleCloudOptions).temp_location
+    if temp:
+        return fs.join(temp, f"dask-shuffle-{uuid.uuid4().hex[:12]}")
+    return tempfile.mkdtemp(prefix="polyglot-dask-shuffle-")
+
+
+def translate(pipeline: beam.Pipeline, options: PipelineOptions, shuffle_dir: str) -> tuple[dict[Any, Any], list[Any]]:
+    """The pipeline as ``(dask graph, the keys that run it)``, shuffling through ``shuffle_dir``."""
     bag_options = options.view_as(beam_dask.DaskOptions)
     if bag_options.partition_size:
         raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
     pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
-    translation = _Translate(bag_options.npartitions)
+    translation = _Translate(bag_options.npartitions, shuffle_dir)
     pipeline.visit(translation.count_readers())
     pipeline.visit(translation)
     return translation.graph, translation.sinks()
@@ -491,14 +562,13 @@ class DaskRunner(beam_dask.DaskRunner):
     """``--runner DaskRunner``: the same graph on a dask.distributed cluster (see the module doc)."""
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> DaskRunnerResult:
-        graph, sinks = translate(pipeline, options)
         client, cluster = connect(options)
+        result = DaskRunnerResult(client, cluster, [], shuffle_folder(options))
         try:
+            graph, sinks = translate(pipeline, options, result.shuffle_dir)
             client.register_plugin(store_options_plugin(options))
-            futures = client.get(graph, sinks, sync=False)
+            result.futures = list(client.get(graph, sinks, sync=False))
         except BaseException:
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            result.close()
             raise
-        return DaskRunnerResult(client, cluster, list(futures))
+        return result

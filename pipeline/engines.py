@@ -12,7 +12,7 @@ import os
 import socket
 from typing import NoReturn
 
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, _BeamArgumentParser
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, PortableOptions, _BeamArgumentParser
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo, FnApiRunner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
@@ -69,16 +69,18 @@ def check_dask(options: PipelineOptions) -> None:
     workers = options.view_as(LocalDaskOptions).dask_num_workers
     if workers is not None and workers < 1:
         raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
-    scheduler_file = options.view_as(DaskOptions).scheduler_file
-    if scheduler_file and not os.path.isfile(scheduler_file):  # distributed would wait for it to appear
-        raise UserError(f"--dask_scheduler_file {scheduler_file}: no such file (`dask scheduler --scheduler-file` writes it)")
+    dask = options.view_as(DaskOptions)
+    if dask.scheduler_file and not os.path.isfile(dask.scheduler_file):  # distributed would wait for it to appear
+        raise UserError(f"--dask_scheduler_file {dask.scheduler_file}: no such file "
+                        "(`dask scheduler --scheduler-file` writes it)")
+    if (dask.address or dask.scheduler_file) and not options.view_as(GoogleCloudOptions).temp_location:
+        raise UserError("--runner DaskRunner on a running cluster needs --temp_location: a folder every worker "
+                        "can read and write (gs://, s3:// or a shared filesystem), for the shuffle's files")
 
 
 def check_buckets(options: PipelineOptions) -> None:
-    """The gs:// buckets of Dataflow's temp, staging and template locations exist and take writes
-    (Beam finds out only when it stages, after minutes of retries)."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions
-
+    """The buckets of the temp, staging and template locations (Dataflow's; the DaskRunner's
+    shuffle) exist and take writes (Beam finds out only when it stages, after minutes of retries)."""
     from . import stores
 
     cloud = options.view_as(GoogleCloudOptions)
@@ -136,7 +138,7 @@ def check_engine(options: PipelineOptions) -> None:
     runner = options.get_all_options()["runner"]
     if runner in DASK_NAMES:
         check_dask(options)
-    if runner == "DataflowRunner":
+    if runner in (*DASK_NAMES, "DataflowRunner"):
         check_buckets(options)
     endpoint = options.view_as(PortableOptions).job_endpoint
     if runner == "PortableRunner" and not endpoint:

@@ -160,7 +160,7 @@ def test_dask_cluster_survives_a_killed_worker_with_the_same_bytes(planted, tmp_
     try:
         killer.start()
         digests = run(planted["config"], tmp_path / "out", "--runner", "DaskRunner",
-                      "--dask_scheduler_file", str(tmp_path / "scheduler.json"))
+                      "--dask_scheduler_file", str(tmp_path / "scheduler.json"), "--temp_location", str(tmp_path / "tmp"))
         killer.join()
         assert killed, "no worker was reading when the job ran"
         assert len(cluster.client.scheduler_info()["workers"]) == 1
@@ -215,7 +215,7 @@ class _Log(beam.DoFn):
         yield x
 
 
-def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them():
+def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(tmp_path):
     """A ParDo reading another's output runs in the same task, element by element (nothing held
     between them); one reading a side input starts a stage of its own; an output read outside its
     stage (here by a combine's shuffle) is still delivered. Run in-process by dask's sync scheduler."""
@@ -229,9 +229,11 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them()
     b = a | "B" >> beam.ParDo(_Log("b"))
     total = a | "Total" >> beam.CombineGlobally(sum)
     _ = b | "C" >> beam.ParDo(_Log("c"), beam.pvalue.AsSingleton(total))
-    graph, sinks = translate(p, options)
+    graph, sinks = translate(p, options, str(tmp_path))
     stages = sorted(key[0].rsplit("-", 1)[0] for key, task in graph.items() if isinstance(task, tuple) and task[0] is run_stage)
     assert [stage for stage in stages if stage[0] in "ABC"] == ["A+2", "A+2", "C+0", "C+0"]  # A, B, the combine's first step
+    files = [task for key, task in graph.items() if key[0].endswith("/files")]  # the combine's shuffle: its split files
+    assert len(files) == 1 and len(files[0][1]) == 2  # in one task that each group task reads (2n edges, not n x n)
     _LOG.clear()
     get_sync(graph, sinks)
     pairs = [entry for entry in _LOG if entry[0] != "c"]
@@ -240,16 +242,34 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them()
     assert sorted(x for name, x in _LOG if name == "c") == [6, 7, 8, 9]
 
 
-def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably():
-    from pipeline.dask_runner import split_by_key, stable_partition
+def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably(tmp_path):
+    from pipeline.dask_runner import group_part, split_by_key, stable_partition
 
     files = [(i, f"file-{i}") for i in range(8)]  # JoinByFile's keys: every partition gets one file
-    assert [len(pickle.loads(part)) for part in split_by_key(files, 8)] == [1] * 8
-    assert [len(pickle.loads(part)) for part in split_by_key(files, 3)] == [3, 3, 2]
+    for n, sizes in ((8, [1] * 8), (3, [3, 3, 2])):
+        split = split_by_key(files, str(tmp_path / f"split-{n}"), n)
+        assert [len(group_part(j, [split])) for j in range(n)] == sizes
     assert [stable_partition(-1, 8), stable_partition(9, 8)] == [7, 1]
     shards = [("en", "head", i) for i in range(64)]  # other keys: a hash of the pickled key, fixed across processes
     assert stable_partition(("en", "head", 3), 4) == 0
     assert sorted({stable_partition(key, 4) for key in shards}) == [0, 1, 2, 3]
+
+
+def test_dask_shuffle_reads_only_its_own_piece_of_each_file(tmp_path):
+    """A GroupByKey's output partition reads its byte range of every input partition's file (a
+    worker never holds another's whole split); pieces with no pairs are no bytes."""
+    from pipeline.dask_runner import group_part, split_by_key
+
+    splits = [split_by_key([(key, (i, key)) for key in (0, 1, 3)], str(tmp_path / f"split-{i}"), 4) for i in range(2)]
+    assert [offsets[3] - offsets[2] for _, offsets in splits] == [0, 0]  # no key of partition 2
+    for path, offsets in splits:  # spoil every piece but partition 3's
+        data = bytearray(Path(path).read_bytes())
+        data[:offsets[3]] = b"\0" * offsets[3]
+        Path(path).write_bytes(bytes(data))
+    assert group_part(3, splits) == [(3, [(0, 3), (1, 3)])]
+    assert group_part(2, splits) == []
+    with pytest.raises(pickle.UnpicklingError):
+        group_part(0, splits)
 
 
 def test_the_runner_names_resolve_to_our_runners():
@@ -264,6 +284,9 @@ def test_the_runner_names_resolve_to_our_runners():
 
 def test_local_cluster_listens_on_loopback_only():
     psutil = pytest.importorskip("psutil")
+    import dask
+    from dask.distributed import Client
+
     from pipeline.dask_runner import local_cluster
 
     me = psutil.Process()
@@ -278,6 +301,8 @@ def test_local_cluster_listens_on_loopback_only():
         workers = [p for p in procs if p.pid in {w.pid for w in cluster.workers.values() if hasattr(w, "pid")}]
         parents = {" ".join(p.parent().cmdline()) for p in workers}  # forked, Beam and the pipeline imported once
         assert len(workers) == 2 and len(parents) == 1 and "multiprocessing.forkserver" in parents.pop()
+        with Client(cluster) as client:  # no profile for a dashboard it has not got
+            assert set(client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()) == {False}
     finally:
         cluster.close()
 
@@ -291,6 +316,7 @@ def test_local_cluster_listens_on_loopback_only():
     (["--runner", "DaskRunner", "--dask_num_workers=abc"], "--dask_num_workers: invalid int value: 'abc'"),
     (["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1"),
     (["--runner", "DaskRunner", "--dask_scheduler_file=/no/such.json"], "/no/such.json: no such file"),
+    (["--runner", "DaskRunner", "--dask_client_address=tcp://127.0.0.1:1"], "needs --temp_location: a folder every"),
     (["--runner", "PortableRunner", "--job_endpoint=nohost"], "--job_endpoint (the job service) nohost: expected HOST:PORT"),
     (["--runner", "PortableRunner", f"--job_endpoint=127.0.0.1:{free_port()}"], "cannot be reached"),
 ])
@@ -309,7 +335,8 @@ def test_unreachable_scheduler_is_one_line_within_the_timeout(sample, tmp_path):
     start = time.monotonic()
     proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
                            "--output", str(tmp_path / "out"), "--runner", "DaskRunner",
-                           "--dask_client_address", address, "--dask_connection_timeout", "3"],
+                           "--dask_client_address", address, "--dask_connection_timeout", "3",
+                           "--temp_location", str(tmp_path / "tmp")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and f"cannot reach the Dask scheduler at {address}" in proc.stderr
