@@ -166,7 +166,7 @@ Slot = tuple[str, int | None]
 for a GroupByKey's input how many pieces to split it into (None: one piece, as it is)."""
 
 
-def run_stage(items: list[Any] | Pieces, stage: bytes, slots: list[Slot], *side_values: list[Any]) -> list[Pieces | None]:
+def run_stage(items: list[Any] | Pieces, stage: bytes, slots: list[Slot], *side_values: list[Any]) -> list[Pieces]:
     """One partition through a fused stage as one bundle, element by element, as Beam's SDK
     workers run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in
     graph order, the first reading ``items`` (and the side inputs), each later one reading
