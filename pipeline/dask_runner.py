@@ -143,7 +143,11 @@ class Pieces(NamedTuple):
 
 def write_pieces(parts: list[list[Any]], path: str) -> Pieces:
     """``parts`` into the file ``path``, pickled one by one. Written under a temporary name and
-    renamed (:func:`fs.write_atomic`): a task redone after its worker was lost writes it again."""
+    renamed (:func:`fs.write_atomic`): a task redone after its worker was lost writes it again.
+    No file when every part is empty (nothing reads it; and Beam's S3 upload of no bytes fails:
+    a multipart upload with no part is malformed)."""
+    if not any(parts):
+        return Pieces(path, [0] * (len(parts) + 1))
     offsets = [0]
 
     def write(stream: Any) -> None:

@@ -270,6 +270,8 @@ def test_dask_shuffle_reads_only_its_own_piece_of_each_file(tmp_path):
     assert group_part(2, splits) == []
     with pytest.raises(pickle.UnpicklingError):
         group_part(0, splits)
+    empty = split_by_key([], str(tmp_path / "split-empty"), 4)  # nothing to write: no file (S3 refuses an empty upload)
+    assert empty.offsets == [0] * 5 and not Path(empty.path).exists() and group_part(2, [empty]) == []
 
 
 def test_the_runner_names_resolve_to_our_runners():

@@ -271,3 +271,31 @@ def test_tokenizer_and_token_shards_from_a_corpus_in_a_bucket(s3_server, sample_
     assert all((tmp_path / "tokens" / a).read_bytes() == (sample_tokens / a).read_bytes() for a in arrays)
     assert pretrain(["tokenize", "--corpus", "s3://no-such-bucket/corpus", "--tokenizer", str(sample_tokenizer),
                      "--out", str(tmp_path / "none"), *s3_server.flags]) == 2
+
+
+def test_the_dask_runner_shuffles_through_a_bucket(s3_server, local_reference, tmp_path):
+    """With ``--temp_location`` in a bucket, the DaskRunner's stages hand each other objects there,
+    each reader reading only its piece's byte range; the corpus is the local run's, and the run's
+    shuffle folder is gone at the end."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import fs
+    from pipeline.dask_runner import group_part, split_by_key
+
+    fs.configure(PipelineOptions(s3_server.flags))
+    split = split_by_key([(k, k * 10) for k in range(6)], "s3://polyglot/unit/split-0", 3)
+    assert [group_part(j, [split]) for j in range(3)] == [[(0, [0]), (3, [30])], [(1, [10]), (4, [40])], [(2, [20]), (5, [50])]]
+    files, lms, cutoffs, local = local_reference
+    out = tmp_path / "corpus"
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--set", "beam_options=[]",
+                 "--input", str(files[0]), "--input", str(files[1]), "--output", str(out),
+                 "--set", f"lid.model={default_model_path()}", "--set", f"perplexity.models={lms}",
+                 "--set", f"perplexity.cutoffs={cutoffs}", "--runner", "DaskRunner", "--dask_num_workers=2",
+                 "--temp_location", "s3://polyglot/tmp", *s3_server.flags]) == 0
+
+    def written(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "run.json"}
+
+    assert written(out) == written(local)
+    pages = s3_server.client.get_paginator("list_objects_v2").paginate(Bucket="polyglot", Prefix="tmp/")
+    assert [o["Key"] for page in pages for o in page.get("Contents", [])] == []
