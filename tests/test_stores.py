@@ -1,7 +1,8 @@
 """Object stores on real servers started by the tests on 127.0.0.1: moto's S3 server and
 gcp-storage-emulator. A run from a bucket to a bucket (inputs, LID model, LM folder, cutoff.csv
 all in the bucket) writes what a local run of the same files writes; a run that fails leaves the
-previous corpus; a store that refuses is one line before any work; big objects stream."""
+previous corpus; a store that refuses is one line before any work; big objects stream; the
+DaskRunner shuffles through a bucket given as ``--temp_location``."""
 from __future__ import annotations
 
 import base64
