@@ -18,7 +18,8 @@ config keys (YAML file, or --set KEY=VALUE):
 
 Any other --flag is passed to Beam as a pipeline option, for example
   --direct_num_workers=2 --direct_running_mode=multi_processing      (local, 2 processes)
-  --dask_num_workers=4, or --dask_client_address=tcp://HOST:8786      (with --runner DaskRunner)
+  --dask_num_workers=4, or --dask_client_address=tcp://HOST:8786 --temp_location=gs://B/tmp
+                          (with --runner DaskRunner; the stages' files go below --temp_location)
   --worker_mmap_threshold_mb=4          (worker processes return freed memory at once: flat memory, some CPU)
   --job_endpoint=embed --environment_type=LOOPBACK                     (with --runner PortableRunner)
   --project=P --region=R --temp_location=gs://B/tmp --extra_package=dist/polyglot_corpus-0.1.0.tar.gz

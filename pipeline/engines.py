@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from typing import NoReturn
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, PortableOptions, _BeamArgumentParser
@@ -18,7 +19,7 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProv
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
-from . import local_runner
+from . import fs, local_runner
 from .errors import UserError
 
 DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
@@ -73,9 +74,18 @@ def check_dask(options: PipelineOptions) -> None:
     if dask.scheduler_file and not os.path.isfile(dask.scheduler_file):  # distributed would wait for it to appear
         raise UserError(f"--dask_scheduler_file {dask.scheduler_file}: no such file "
                         "(`dask scheduler --scheduler-file` writes it)")
-    if (dask.address or dask.scheduler_file) and not options.view_as(GoogleCloudOptions).temp_location:
+    temp = options.view_as(GoogleCloudOptions).temp_location
+    if (dask.address or dask.scheduler_file) and not temp:
         raise UserError("--runner DaskRunner on a running cluster needs --temp_location: a folder every worker "
                         "can read and write (gs://, s3:// or a shared filesystem), for the shuffle's files")
+    if temp and fs.is_local(temp):  # a bucket is checked with the other locations (check_buckets)
+        if os.path.exists(temp) and not os.path.isdir(temp):
+            raise UserError(f"--temp_location {temp}: not a folder")
+        try:
+            os.makedirs(temp, exist_ok=True)
+            tempfile.TemporaryFile(dir=temp).close()
+        except OSError as exc:
+            raise UserError(f"--temp_location {temp}: cannot write a file there ({exc.strerror})") from None
 
 
 def check_buckets(options: PipelineOptions) -> None:

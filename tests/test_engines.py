@@ -319,6 +319,8 @@ def test_local_cluster_listens_on_loopback_only():
     (["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1"),
     (["--runner", "DaskRunner", "--dask_scheduler_file=/no/such.json"], "/no/such.json: no such file"),
     (["--runner", "DaskRunner", "--dask_client_address=tcp://127.0.0.1:1"], "needs --temp_location: a folder every"),
+    (["--runner", "DaskRunner", "--temp_location=/etc/passwd"], "--temp_location /etc/passwd: not a folder"),
+    (["--runner", "DaskRunner", "--temp_location=/proc/polyglot"], "--temp_location /proc/polyglot: cannot write a file there"),
     (["--runner", "PortableRunner", "--job_endpoint=nohost"], "--job_endpoint (the job service) nohost: expected HOST:PORT"),
     (["--runner", "PortableRunner", f"--job_endpoint=127.0.0.1:{free_port()}"], "cannot be reached"),
 ])

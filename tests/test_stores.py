@@ -98,6 +98,11 @@ def local_reference(sample, sample_lms, tmp_path_factory):
     return files, sample_lms, cutoffs, out
 
 
+def written(root: Path) -> dict[str, bytes]:
+    """Every file a local run wrote below ``root`` but run.json, by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "run.json"}
+
+
 def without_model_paths(stats: bytes) -> dict:
     """stats.json less the config's model paths (which name the bucket or the local folder)."""
     data = json.loads(stats)
@@ -118,8 +123,7 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
     fill(bucket, files, lms, cutoffs)
     assert store_run(bucket) == 0
     stored = bucket.digests("corpus/")
-    local_files = {str(p.relative_to(local)): p.read_bytes() for p in sorted(local.rglob("*"))
-                   if p.is_file() and p.name != "run.json"}
+    local_files = written(local)
     assert sorted(stored) == sorted(local_files)  # the same files, no staging folder or probe left behind
     assert stored["sampling.json"] == local_files["sampling.json"]
     assert without_model_paths(stored["stats.json"]) == without_model_paths(local_files["stats.json"])
@@ -293,10 +297,6 @@ def test_the_dask_runner_shuffles_through_a_bucket(s3_server, local_reference, t
                  "--set", f"lid.model={default_model_path()}", "--set", f"perplexity.models={lms}",
                  "--set", f"perplexity.cutoffs={cutoffs}", "--runner", "DaskRunner", "--dask_num_workers=2",
                  "--temp_location", "s3://polyglot/tmp", *s3_server.flags]) == 0
-
-    def written(root: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "run.json"}
-
     assert written(out) == written(local)
     pages = s3_server.client.get_paginator("list_objects_v2").paginate(Bucket="polyglot", Prefix="tmp/")
     assert [o["Key"] for page in pages for o in page.get("Contents", [])] == []
