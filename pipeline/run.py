@@ -11,28 +11,26 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
-from . import faults, fs, sinks, stores
-from .beam_pipeline import ARTIFACTS, NEAR_DUPLICATES, REJECTED, REPORT, RUN_FILE, build_pipeline
 from .config import CorpusConfig
-from .engines import check_engine, cloud_error, make_runner, pipeline_options
-from .errors import UserError
-from .lid import check_model
-from .perplexity import check_models, read_cutoffs
-from .report import build as build_report
+from .graph import build_pipeline, build_steps
+from .output import fs, layout, stores
+from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, STAGING
+from .output.shards import write_json
+from .report.corpus_report import build as build_report
+from .runners.options import check_engine, cloud_error, make_runner, pipeline_options
+from .steps.base import Step
+from .util import faults
+from .util.errors import UserError
 
 LOG = logging.getLogger(__name__)
 
 
-STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
-COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see commit)
-
-
 def previous_outputs(output: str) -> list[str]:
-    """Files a run wrote to ``output`` (shards, rejected records, stats); the same below a staging folder."""
+    """Files a run wrote to ``output`` (shards, rejected and removed records, stats, report); the same
+    below a staging folder."""
     found = [fs.join(output, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(output, name))]
-    found += [p for fmt in ("arrow", "json") for p in fs.match_optional(sinks.shard_pattern(output, fmt))]
-    found += fs.match_optional(fs.join(output, REJECTED, "part-*"))
-    found += fs.match_optional(fs.join(output, NEAR_DUPLICATES, "part-*"))
+    found += [p for fmt in ("arrow", "json") for p in fs.match_optional(layout.shard_pattern(output, fmt))]
+    found += layout.record_files(output)
     found += fs.match_optional(fs.join(output, REPORT, "*"))
     return found
 
@@ -44,7 +42,7 @@ def commit(staging: str, final: str, stale: list[str]) -> None:
     plan = {"moves": [fs.relative(p, staging) for p in previous_outputs(staging)],
             "delete": [fs.relative(p, final) for p in stale]}
     faults.fault_point("POLYGLOT_FAULT", "commit", 0)
-    sinks.write_json(plan, fs.join(staging, COMMIT))
+    write_json(plan, fs.join(staging, COMMIT))
     _apply(staging, final, plan)
 
 
@@ -53,7 +51,7 @@ def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
     replaced = set(plan["moves"])  # old files a new one replaces stay until then (and are not deleted after)
     fs.replace_tree([p for p in moves if fs.exists(p)], staging,
                     [fs.join(final, rel) for rel in plan["delete"] if rel not in replaced], final)
-    fs.remove_empty_folders(final, ["lang=*/bucket=*", "lang=*", REJECTED, NEAR_DUPLICATES, REPORT])
+    fs.remove_empty_folders(final, [*layout.PARTITION_FOLDERS, *layout.RECORD_FOLDERS, REPORT])
 
 
 def recover(final: str) -> list[str]:
@@ -80,10 +78,15 @@ def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
     for pattern in cfg.input:
         stores.check(pattern, "input", options)
     stores.check(cfg.output, "output", options, write=True)
-    for what, path in (("lid.model", cfg.lid.model), ("perplexity.models", cfg.perplexity.models),
-                       ("perplexity.cutoffs", cfg.perplexity.cutoffs)):
-        if path:
+
+
+def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
+    """Each step's files answer on their store, then the step checks them (models, tables)."""
+    for step in steps:
+        for what, path in step.store_paths().items():
             stores.check(path, what, options)
+    for step in steps:
+        step.prepare()
 
 
 def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
@@ -97,14 +100,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     check_stores(cfg, options)
     files = fs.match_inputs(cfg.input)
     check_engine(options)
-    check_model(cfg.lid.model)
-    languages = check_models(cfg.perplexity.models, cfg.perplexity.languages) if cfg.perplexity.models else []
-    cutoffs = read_cutoffs(cfg.perplexity.cutoffs) if cfg.perplexity.cutoffs else None
-    if cutoffs is not None:
-        uncovered = sorted(set(languages) - set(cutoffs))
-        if uncovered:
-            LOG.warning("%s has no cutoffs for %s: their documents get bucket 'all'", cfg.perplexity.cutoffs,
-                        ", ".join(uncovered))
+    steps = build_steps(cfg, len(files))
+    prepare_steps(steps, options)
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     if not build_only:
@@ -121,7 +118,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
-    build_pipeline(pipeline, cfg, files, languages, cutoffs)
+    build_pipeline(pipeline, cfg, files, steps)
     try:
         result = pipeline.run()
         if build_only:  # with --template_location the job and what it needs are staged, not run
@@ -134,13 +131,12 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
         if error is not None:
             raise error from None
         raise
-    folders = [cfg.output, fs.join(cfg.output, "lang=*", "bucket=*"), fs.join(cfg.output, REJECTED),
-               fs.join(cfg.output, NEAR_DUPLICATES)]
+    folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options}
-    sinks.write_json(run, fs.join(cfg.output, RUN_FILE))
+    write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)
     with fs.open_read(fs.join(final, "stats.json")) as stream:

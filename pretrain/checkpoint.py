@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline import faults
-from pipeline.errors import UserError
+from pipeline.util import faults
+from pipeline.util.errors import UserError
 
 TAG_PREFIX = "step-"
 LATEST = "latest"

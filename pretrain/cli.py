@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module, which defines ``add_arguments(parser)`` and
 ``main(args) -> int``. Only the chosen command's module is imported, so ``--help`` and light
-commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.errors.UserError`
+commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.util.errors.UserError`
 becomes one ``error:`` line and exit status 2.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 
 Commands = dict[str, tuple[str, str]]
 """command name -> (module path, one-line help)."""

@@ -29,8 +29,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from pipeline.configfile import build_dataclass, check_choices_and_ranges
-from pipeline.errors import UserError
+from pipeline.util.configfile import build_dataclass, check_choices_and_ranges
+from pipeline.util.errors import UserError
 
 from .shards import DocList, TokenShards
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer

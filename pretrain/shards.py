@@ -27,9 +27,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from pipeline import stores
-from pipeline.errors import UserError
-from pipeline.stats import sampling_weights
+from pipeline.output import stores
+from pipeline.util.errors import UserError
+from pipeline.report.sampling import sampling_weights
 
 from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
 
@@ -42,7 +42,7 @@ ENCODE_BATCH = 256
 
 def valid_score(doc_id: str) -> float:
     """A document's position in [0, 1) for the held-out split (stable hash of its id)."""
-    from pipeline.sinks import stable_hash  # Beam's file systems come with pipeline.sinks: not at --help time
+    from pipeline.output.shards import stable_hash  # Beam's file systems come with pipeline.output.shards: not at --help time
 
     return stable_hash(doc_id) / HASH_SCALE
 
@@ -79,7 +79,7 @@ _WORKER_TOKENIZER: Tokenizer | None = None
 def _init_worker(tokenizer_dir: str, store_options: dict[str, Any]) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import fs
+    from pipeline.output import fs
 
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = Tokenizer.load(tokenizer_dir)
@@ -148,7 +148,7 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
 
 def target_of(shard: str, corpus: str) -> Path:
     """``lang=<l>/bucket=<b>/part-N`` for the corpus shard ``lang=<l>/bucket=<b>/part-N.arrow``."""
-    from pipeline import fs
+    from pipeline.output import fs
 
     return Path(posixpath.splitext(fs.relative(shard, corpus))[0])
 

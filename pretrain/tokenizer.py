@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline import stores
-from pipeline.errors import UserError
-from pipeline.stats import sampling_weights
+from pipeline.output import stores
+from pipeline.util.errors import UserError
+from pipeline.report.sampling import sampling_weights
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -43,14 +43,15 @@ SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to
 def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterable[str] = ()) -> dict[str, list[str]]:
     """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages.
     ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
-    from pipeline import fs
+    from pipeline.output import fs
+    from pipeline.output.layout import shard_files
 
     corpus = str(corpus)
     if fs.is_local(corpus) and not Path(corpus).is_dir():
         raise UserError(f"corpus {corpus}: no such directory")
     buckets, wanted = set(buckets), list(languages)
     found: dict[str, list[str]] = {}
-    for path in fs.match_optional(fs.join(corpus, "lang=*", "bucket=*", "part-*")):
+    for path in shard_files(corpus):
         lang_dir, bucket_dir, name = fs.relative(path, corpus).split("/")
         lang, bucket = lang_dir[len("lang="):], bucket_dir[len("bucket="):]
         if (wanted and lang not in wanted) or not name.endswith((".arrow", ".parquet")):
@@ -73,7 +74,7 @@ def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterabl
 
 def read_columns(path: str, *names: str) -> list[list[Any]]:
     """Columns of one corpus shard as lists; a corrupt or foreign file is a UserError naming it."""
-    from pipeline.sinks import read_shard
+    from pipeline.output.shards import read_shard
 
     try:
         table = read_shard(path)
@@ -103,7 +104,7 @@ def language_seed(seed: int, lang: str) -> list[int]:
 def read_json(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON file's object (a local path or s3:// gs://); a missing or malformed file is a UserError
     naming it (``what`` says which file)."""
-    from pipeline import fs
+    from pipeline.output import fs
 
     try:
         with fs.open_read(str(path)) as stream:
@@ -123,7 +124,7 @@ def read_json(path: str | Path, what: str) -> dict[str, Any]:
 
 def corpus_file(corpus: str, name: str) -> str | None:
     """``corpus/name`` when that file exists (local folder or bucket prefix), else None."""
-    from pipeline import fs
+    from pipeline.output import fs
 
     path = fs.join(corpus, name)
     return path if fs.exists(path) else None
@@ -260,8 +261,8 @@ def hf_config() -> dict[str, Any]:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically, sorted keys (pipeline.sinks.write_json)."""
-    from pipeline.sinks import write_json as write
+    """Atomically, sorted keys (pipeline.output.shards.write_json)."""
+    from pipeline.output.shards import write_json as write
 
     write(obj, str(path))
 
@@ -275,7 +276,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
-    from pipeline import fs
+    from pipeline.output import fs
 
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     fs.restore_folder(out)

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeline.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
-from pipeline.errors import UserError
+from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.util.errors import UserError
 from pretrain.loader import LoaderConfig
 
 

@@ -124,7 +124,7 @@ def s3_server():
 def shard_writes_die_after(monkeypatch, n: int) -> list[str]:
     """Make the shard sink raise "worker lost" after ``n`` shards (in this process's workers);
     returns the list of the paths written before that."""
-    import pipeline.sinks as sinks
+    import pipeline.output.shards as sinks
 
     write_table, written = sinks.write_table, []
 
@@ -186,7 +186,7 @@ def split_reference(lang: str) -> tuple[list[str], list[str]]:
 @pytest.fixture(scope="session")
 def sample_lms(tmp_path_factory) -> Path:
     """SentencePiece + KenLM models for every sample language, trained on 80 % of its reference text."""
-    from pipeline.lm import train_lm
+    from pipeline.steps.lm import train_lm
 
     out = tmp_path_factory.mktemp("lm")
     texts = tmp_path_factory.mktemp("lm-text")

@@ -20,9 +20,9 @@ import pytest
 from conftest import CCNET, SAMPLE, gz, split_reference, warc_record
 
 from pipeline.__main__ import main
-from pipeline.normalize import normalize_for_dedup
-from pipeline.perplexity import write_cutoffs
-from pipeline.sinks import read_shard
+from pipeline.steps.normalize import normalize_for_dedup
+from pipeline.steps.perplexity import write_cutoffs
+from pipeline.output.shards import read_shard
 
 HEADER_BUG = "length = int(headers[8].split()[1])"
 HEADER_FIX = 'length = int(next(h for h in headers if h.startswith("Content-Length:")).split()[1])'
@@ -55,7 +55,7 @@ def ccnet() -> Iterator[types.SimpleNamespace]:
 
 
 def lid_model() -> Path:
-    from pipeline.lid import default_model_path
+    from pipeline.steps.lid import default_model_path
 
     return Path(default_model_path())
 

@@ -54,7 +54,7 @@ def test_user_mistakes_are_one_line(args, message):
     (["cutoffs", "--corpus", "/nonexistent/corpus", "--out", "/tmp/polyglot-cutoff.csv"], "no shards"),
     (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.models=/nonexistent/lm"],
      "perplexity.models /nonexistent/lm: no such directory"),
-    (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.head=70"], "must not exceed perplexity.tail"),
+    (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.head=70"], "perplexity: head (70) must not exceed tail"),
 ])
 def test_lm_commands_user_mistakes(args, message):
     result = cli(*args)
@@ -77,9 +77,9 @@ def test_malformed_yaml_config_is_one_line(command, tmp_path):
 
 def test_float_written_without_a_dot_is_a_number(tmp_path):
     """PyYAML reads ``1e-4`` as a string (YAML 1.1); float keys accept it, a non-number stays an error."""
-    from pipeline.configfile import build_dataclass, merged_config_data
+    from pipeline.util.configfile import build_dataclass, merged_config_data
     from pipeline.config import SamplingConfig
-    from pipeline.errors import UserError
+    from pipeline.util.errors import UserError
 
     cfg = build_dataclass(SamplingConfig, merged_config_data(None, sets=["alpha=3e-1"]), "cmd")
     assert cfg.alpha == 0.3

@@ -10,11 +10,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import gz, warc_record
 
-from pipeline.beam_pipeline import ReadAndDedup
-from pipeline.config import DedupConfig, ReadConfig
-from pipeline.dedup import Occurrences, duplicates, group_of, removal_index, remove_paragraphs
-from pipeline.documents import Drop
-from pipeline.normalize import paragraph_hash
+from pipeline.config import ReadConfig
+from pipeline.steps.base import RunInfo
+from pipeline.steps.dedup import DedupConfig, ParagraphDedup
+from pipeline.transforms.dedup import ReadAndDedup
+from pipeline.steps.dedup import Occurrences, duplicates, group_of, removal_index, remove_paragraphs
+from pipeline.steps.base import Drop
+from pipeline.steps.normalize import paragraph_hash
 
 BOILER = "Ce site utilise des cookies. En savoir plus."
 SHARED = "Pour ouvrir la boîte de dialogue, choisissez Format - Caractère."
@@ -120,6 +122,6 @@ def test_beam_two_pass_dedup_on_wet_files(policy, groups, tmp_path):
     expected = [(k, v) for k, v in wanted.items() if len(v) >= 10]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         files = p | beam.Create(list(enumerate(paths)))
-        out = files | ReadAndDedup(ReadConfig(title=False), DedupConfig(policy=policy, min_length=10, groups=groups),
-                                   len(paths), False)
+        step = ParagraphDedup(DedupConfig(policy=policy, min_length=10, groups=groups), RunInfo(len(paths)))
+        out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
         assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))

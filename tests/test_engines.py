@@ -23,8 +23,8 @@ from apache_beam.transforms.window import GlobalWindows
 from conftest import free_port, gz, warc_record
 
 from pipeline.__main__ import main
-from pipeline.beam_pipeline import RUN_FILE
-from pipeline.sinks import read_shard
+from pipeline.output.layout import RUN_FILE
+from pipeline.output.shards import read_shard
 
 PY = Path(sys.executable)
 COMPARED = ("stats.json", "sampling.json")
@@ -94,7 +94,7 @@ def test_planted_duplicates_cross_files(planted):
     stats = json.loads((planted["root"] / "direct" / "stats.json").read_text())
     counters = stats["counters"]
     assert counters["dedup"]["all_paragraphs_duplicated"] >= 254 + 2 * 30  # the sample's, the copies and originals
-    assert counters["neardup"]["near_duplicate"] >= 25
+    assert counters["near_dedup"]["near_duplicate"] >= 25
     assert set(counters["perplexity"]) >= {"documents_out"}
     buckets = {b for lang in stats["languages"].values() for b in lang["buckets"]}
     assert {"head", "middle", "tail"} <= buckets
@@ -186,7 +186,7 @@ class _EvenOdd(beam.DoFn):
 def test_dask_translation_routes_tags_keeps_finish_bundle_outputs_and_side_inputs():
     """What Beam's own DaskRunner gets wrong, on a small graph: every output gets only its tag's
     elements, finish_bundle's outputs arrive, side inputs and combines are right, all sinks run."""
-    from pipeline.dask_runner import DaskRunner
+    from pipeline.runners.dask_runner import DaskRunner
 
     options = PipelineOptions(["--dask_num_workers=1", "--dask_npartitions=3"])
     with beam.Pipeline(runner=DaskRunner(), options=options) as p:
@@ -221,7 +221,7 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(t
     stage (here by a combine's shuffle) is still delivered. Run in-process by dask's sync scheduler."""
     from dask.local import get_sync
 
-    from pipeline.dask_runner import run_stage, translate
+    from pipeline.runners.dask_runner import run_stage, translate
 
     options = PipelineOptions(["--dask_npartitions=2"])
     p = beam.Pipeline(options=options)
@@ -243,7 +243,7 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(t
 
 
 def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably(tmp_path):
-    from pipeline.dask_runner import group_part, split_by_key, stable_partition
+    from pipeline.runners.dask_runner import group_part, split_by_key, stable_partition
 
     files = [(i, f"file-{i}") for i in range(8)]  # JoinByFile's keys: every partition gets one file
     for n, sizes in ((8, [1] * 8), (3, [3, 3, 2])):
@@ -258,7 +258,7 @@ def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably(tmp_path):
 def test_dask_shuffle_reads_only_its_own_piece_of_each_file(tmp_path):
     """A GroupByKey's output partition reads its byte range of every input partition's file (a
     worker never holds another's whole split); pieces with no pairs are no bytes."""
-    from pipeline.dask_runner import group_part, split_by_key
+    from pipeline.runners.dask_runner import group_part, split_by_key
 
     splits = [split_by_key([(key, (i, key)) for key in (0, 1, 3)], str(tmp_path / f"split-{i}"), 4) for i in range(2)]
     assert [offsets[3] - offsets[2] for _, offsets in splits] == [0, 0]  # no key of partition 2
@@ -275,8 +275,8 @@ def test_dask_shuffle_reads_only_its_own_piece_of_each_file(tmp_path):
 
 
 def test_the_runner_names_resolve_to_our_runners():
-    from pipeline.dask_runner import DaskRunner
-    from pipeline.engines import make_runner, pipeline_options
+    from pipeline.runners.dask_runner import DaskRunner
+    from pipeline.runners.options import make_runner, pipeline_options
 
     for name in ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"):
         assert isinstance(make_runner(pipeline_options(name, [])), DaskRunner)
@@ -289,7 +289,7 @@ def test_local_cluster_listens_on_loopback_only():
     import dask
     from dask.distributed import Client
 
-    from pipeline.dask_runner import local_cluster
+    from pipeline.runners.dask_runner import local_cluster
 
     me = psutil.Process()
     before = {c.laddr for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
@@ -388,7 +388,7 @@ def test_dataflow_job_is_built_offline_with_our_package_and_options(sample, gcs_
     a real GCS server (the emulator) and writes the job as a template; nothing is submitted."""
     import json
 
-    from pipeline.lid import default_model_path
+    from pipeline.steps.lid import default_model_path
 
     env, bucket = gcs_emulator
     bucket.blob("models/lid.176.bin").upload_from_filename(default_model_path())

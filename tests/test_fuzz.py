@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import SAMPLE
 
 from pipeline.__main__ import main
-from pipeline.warc import iter_gzip_members
+from pipeline.readers.warc import iter_gzip_members
 
 COPIES, RUNS = 200, 8
 RECORDS = 24  # gzip members (records) of each base file
@@ -62,7 +62,7 @@ def check_accounting(out: Path) -> None:
     dropped_by_dedup = dedup.get("all_paragraphs_duplicated", 0) + dedup.get("too_short", 0)
     assert dedup.get("documents_out", 0) == documents - dropped_by_dedup
     assert lid.get("documents_out", 0) == dedup.get("documents_out", 0) - lid.get("below_threshold", 0)
-    near = c.get("neardup", {"documents_in": lid.get("documents_out", 0), "documents_out": lid.get("documents_out", 0)})
+    near = c.get("near_dedup", {"documents_in": lid.get("documents_out", 0), "documents_out": lid.get("documents_out", 0)})
     assert near["documents_in"] == lid.get("documents_out", 0)
     assert near["documents_out"] == near["documents_in"] - near.get("near_duplicate", 0)
     written = c.get("write", {}).get("documents", 0)

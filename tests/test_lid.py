@@ -5,16 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.documents import Drop
-from pipeline.errors import UserError
-from pipeline.lid import LanguageIdentifier, default_model_path
+from pipeline.steps.base import Drop
+from pipeline.util.errors import UserError
+from pipeline.steps.lid import LanguageIdentifier, LidConfig, default_model_path
 
 LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
 
 
 @pytest.fixture(scope="module")
 def lid() -> LanguageIdentifier:
-    return LanguageIdentifier(None, threshold=0.5, thresholds={}, below_threshold="drop")
+    return LanguageIdentifier(LidConfig())
 
 
 def real_lines(sample, lang: str, n: int = 30) -> list[str]:
@@ -39,10 +39,10 @@ def test_document_lines_are_joined_with_spaces(lid, sample):
 
 def test_thresholds_and_unknown(lid):
     ambiguous = {"text": "ok 123 ??? --"}
-    strict = LanguageIdentifier(None, threshold=0.99, thresholds={"en": 0.1}, below_threshold="unknown")
+    strict = LanguageIdentifier(LidConfig(threshold=0.99, thresholds={"en": 0.1}, below_threshold="unknown"))
     _, score, _ = lid.predict(ambiguous["text"])
     assert score < 0.99
-    assert LanguageIdentifier(None, 0.99, {}, "drop")(ambiguous) == Drop("below_threshold")
+    assert LanguageIdentifier(LidConfig(threshold=0.99))(ambiguous) == Drop("below_threshold")
     assert strict(ambiguous)["lang"] in ("unknown", "en")
     assert strict({"text": "This is clearly an English sentence about the weather."})["lang"] == "en"
 
@@ -51,15 +51,15 @@ def test_ccnet_rounds_the_score_before_the_threshold_and_deletes_newlines(lid):
     """CCNet's Classifier: text.replace("\\n", ""), scores.round(2), then ``< threshold``."""
     text = "Das ist ein\nSatz"
     labels, scores = lid.model.predict(text.replace("\n", ""), k=1)
-    ccnet = LanguageIdentifier(None, 0.5, {}, "drop", newlines="delete", score_digits=2, threshold_on_rounded=True)
+    ccnet = LanguageIdentifier(LidConfig(newlines="delete", score_digits=2, threshold_on_rounded=True))
     doc = ccnet({"text": text})
     assert (doc["lang"], doc["lang_score"]) == (labels[0].removeprefix("__label__"), float(scores.round(2)[0]))
     sentence = {"text": "Das ist ein Satz über das Wetter"}  # scored 0.9999969: rounds up to 1.0
     score = float(lid.model.predict(sentence["text"], k=1)[1][0])
     threshold = (score + 1.0) / 2
     assert score < threshold < round(score, 2)
-    assert LanguageIdentifier(None, threshold, {}, "drop", "delete", 2, True)(sentence)["lang"] == "de"
-    assert LanguageIdentifier(None, threshold, {}, "drop", "delete", 2, False)(sentence) == Drop("below_threshold")
+    assert LanguageIdentifier(LidConfig(threshold=threshold, newlines="delete", score_digits=2, threshold_on_rounded=True))(sentence)["lang"] == "de"
+    assert LanguageIdentifier(LidConfig(threshold=threshold, newlines="delete", score_digits=2))(sentence) == Drop("below_threshold")
 
 
 def test_default_model_is_the_wheel_file():
@@ -68,17 +68,17 @@ def test_default_model_is_the_wheel_file():
 
 def test_bad_model_path_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such file"):
-        LanguageIdentifier(str(tmp_path / "missing.bin"), 0.5, {}, "drop").model
+        LanguageIdentifier(LidConfig(model=str(tmp_path / "missing.bin"))).model
     bad = tmp_path / "garbage.bin"
     bad.write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a fastText model"):
-        LanguageIdentifier(str(bad), 0.5, {}, "drop").model
+        LanguageIdentifier(LidConfig(model=str(bad))).model
 
 
 def test_broken_models_are_found_before_the_job(tmp_path):
     """A directory, an empty file, a fastText header with a garbage body, a truncated model: one
     error line each before any work (fastText itself crashes the process on a truncated file)."""
-    from pipeline.lid import check_model
+    from pipeline.steps.lid import check_model
 
     model = Path(default_model_path()).read_bytes()
     (tmp_path / "dir.bin").mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from pretrain.loader import IGNORE, LoaderConfig, MLMLoader, loader_config
 from pretrain.shards import TokenShards
 from pretrain.tokenizer import Tokenizer

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from pretrain.flops import encoder_flops_per_token, flops_per_token
 from pretrain.models import load_model_config, model_config_from_dict
 from pretrain.models.config import MODELS_DIR

@@ -67,7 +67,7 @@ def test_round_trip_ours_hf_ours_is_exact(tmp_path):
 
 
 def test_unreadable_weights_are_one_line(tmp_path):
-    from pipeline.errors import UserError
+    from pipeline.util.errors import UserError
 
     _, vocab_size = sample_spm()
     cfg = load_model_config("xlmr-tiny", overrides={"vocab_size": vocab_size})

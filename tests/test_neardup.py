@@ -16,10 +16,12 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from datasketch import MinHash, MinHashLSH
 
-from pipeline import neardup as nd
-from pipeline.errors import UserError
-from pipeline.neardup import ConnectedComponents, NearDedup, NearDupConfig
-from pipeline.warc import RecordReader
+from pipeline.steps import minhash as nd
+from pipeline.util.errors import UserError
+from pipeline.steps.base import RunInfo
+from pipeline.steps.near_dedup import NearDedup, NearDupConfig
+from pipeline.transforms.near_dedup import ConnectedComponents, NearDedupTransform
+from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
 
@@ -173,12 +175,13 @@ def write_jsonl(docs: list[dict], path: Path) -> None:
     path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
 
 
-def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str):
-    """Run NearDedup on ``docs``: ({kept id: cluster size}, {removed id: duplicate_of}, neardup counters)."""
+def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str, write_removed: bool = True):
+    """Run the near_dedup step on ``docs``: ({kept id: cluster size}, {removed id: duplicate_of}, its counters)."""
     work.mkdir(parents=True, exist_ok=True)
     write_jsonl(docs, work / "in.jsonl")
     p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", *options]))
-    out = p | beam.io.ReadFromText(str(work / "in.jsonl")) | beam.Map(json.loads) | NearDedup(cfg)
+    out = p | beam.io.ReadFromText(str(work / "in.jsonl")) | beam.Map(json.loads) | NearDedupTransform(
+        NearDedup(cfg, RunInfo(write_removed=write_removed)))
     _ = (out.main | "Kept" >> beam.Map(lambda d: json.dumps([d["id"], d["minhash_cluster_size"], d["text"]]))
          | "WriteKept" >> beam.io.WriteToText(str(work / "kept")))
     _ = out.removed | "Removed" >> beam.Map(json.dumps) | "WriteRemoved" >> beam.io.WriteToText(str(work / "removed"))
@@ -196,7 +199,7 @@ def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str):
             record = json.loads(line)
             removed[record["id"]] = record["duplicate_of"]
     counters = {c.key.metric.name: c.committed for c in result.metrics().query(MetricsFilter())["counters"]
-                if c.key.metric.namespace == "neardup"}
+                if c.key.metric.namespace == NearDedup.name}
     return kept, removed, counters
 
 
@@ -213,7 +216,7 @@ def test_config_defaults_and_validation():
            dict(threshold=0.0), dict(threshold=1.5), dict(bands=4), dict(bands=20, rows=7),
            dict(bands=0, rows=4), dict(max_iterations=0), dict(seed=-1)]
     for values in bad:
-        with pytest.raises(UserError, match="near_dedup"):
+        with pytest.raises(UserError):
             NearDupConfig(**values).validate()
 
 
@@ -292,7 +295,7 @@ def test_lsh_buckets_and_verified_edges(originals):
 
 def test_planted_near_duplicates_precision_and_recall(planted, tmp_path):
     docs, family, kinds = planted
-    kept, removed, counters = run_stage(docs, NearDupConfig(write_removed=True), tmp_path)
+    kept, removed, counters = run_stage(docs, NearDupConfig(), tmp_path)
     assert sorted([*kept, *removed]) == sorted(d["id"] for d in docs)
     assert all(kept_id in kept for kept_id in removed.values())  # removed docs point at kept ones
     root = {**{i: i for i in kept}, **removed}
@@ -344,7 +347,7 @@ def test_transitive_chain_is_one_cluster(originals, tmp_path):
     link, apart = min(sim[i][i + 1] for i in range(4)), max(sim[0][2:])
     assert link - apart >= 0.1, (link, apart)
     cfg = NearDupConfig(num_perm=256, threshold=round((link + apart) / 2, 3), bands=64, rows=4,  # links are candidates
-                        max_iterations=5, write_removed=True)
+                        max_iterations=5)
     ids = ["n0", "n3", "n1", "n4", "n2"]  # the smallest id at the end only B links, the rest out of order
     docs = [{"id": i, "text": t, "lang": "en", "url": f"https://x.org/{i}"} for i, t in zip(ids, texts)]
     distinct = [{**d, "id": f"z{k}"} for k, d in enumerate(originals[1:6])]
@@ -431,7 +434,7 @@ def survivors(docs, cfg, work, *options):
 @pytest.mark.slow
 def test_same_survivors_across_runs_and_workers(planted, tmp_path):
     docs = planted[0][::3]
-    cfg = NearDupConfig(write_removed=True)
+    cfg = NearDupConfig()
     first = survivors(docs, cfg, tmp_path / "a")
     assert len(first[1]) > 20
     assert survivors(list(reversed(docs)), cfg, tmp_path / "b") == first
@@ -472,10 +475,11 @@ def test_edge_cases_through_beam(originals, tmp_path):
         {"id": "z1", "text": zh["text"], "lang": "zh"},
         {"id": "z2", "text": zh_variant, "lang": "zh"},
     ]
-    kept, removed, counters = run_stage(docs, dataclasses.replace(cfg, write_removed=True), tmp_path / "language")
+    kept, removed, counters = run_stage(docs, cfg, tmp_path / "language")
     assert removed == {"w2": "w1", "s2": "s1", "z2": "z1"}
     assert kept == {"e1": 1, "e2": 1, "p1": 1, "w1": 2, "w3": 1, "s1": 2, "s3": 1, "s4": 1, "z1": 2}
     assert counters["no_shingles"] == 3
-    kept, removed, counters = run_stage(docs, dataclasses.replace(cfg, scope="global"), tmp_path / "global")
-    assert removed == {} and counters["near_duplicate"] == 4  # counted, not written (write_removed off)
+    kept, removed, counters = run_stage(docs, dataclasses.replace(cfg, scope="global"), tmp_path / "global",
+                                        write_removed=False)
+    assert removed == {} and counters["near_duplicate"] == 4  # counted, not written (write.removed off)
     assert kept == {"e1": 1, "e2": 1, "p1": 1, "w1": 2, "w3": 1, "s1": 3, "s3": 1, "z1": 2}

@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from pipeline.normalize import normalize, normalize_for_dedup, paragraph_hash, paragraph_hashes
+from pipeline.steps.normalize import normalize, normalize_for_dedup, paragraph_hash, paragraph_hashes
 
 TRICKY = [
     "Café Ünïcödé naïve résumé",                      # accents

@@ -9,9 +9,10 @@ import pytest
 import sentencepiece as spm
 from conftest import CCNET, SAMPLE_LANGS, split_reference
 
-from pipeline.errors import UserError
-from pipeline.normalize import normalize
-from pipeline.perplexity import PerplexityScorer, bucket_of, check_models, document_perplexity, read_cutoffs, write_cutoffs
+from pipeline.util.errors import UserError
+from pipeline.steps.normalize import normalize
+from pipeline.steps.perplexity import (PerplexityConfig, PerplexityScorer, bucket_of, check_models, document_perplexity,
+                                       read_cutoffs, write_cutoffs)
 
 
 def load(lms, lang):
@@ -156,11 +157,11 @@ def test_scorer_fallbacks(sample_lms, tmp_path):
     # truncated after the check (or a model in a bucket, checked where a worker copies it): that
     # language's documents get bucket 'all', counted
     (models / "en.arpa.bin").write_bytes((sample_lms / "en.arpa.bin").read_bytes()[:4096])
-    scorer = PerplexityScorer(str(models), languages, "document", {"fr": [1.0] * 101}, 30, 60, [], None)
+    scorer = PerplexityScorer(PerplexityConfig(models=str(models)), languages=languages, cutoffs={"fr": [1.0] * 101})
     de = scorer({"lang": "de", "text": held_out_docs("de")[0]})
-    assert de["perplexity"] > 0 and de["bucket"] == "all" and scorer.events == ["no_cutoff"]
+    assert de["perplexity"] > 0 and de["bucket"] == "all" and scorer.take_counts() == {"no_cutoff": 1}
     en = scorer({"lang": "en", "text": held_out_docs("en")[0]})
-    assert (en["perplexity"], en["bucket"]) == (None, "all") and "model_load_failed" in scorer.events
+    assert (en["perplexity"], en["bucket"]) == (None, "all") and scorer.take_counts() == {"model_load_failed": 1}
     xx = scorer({"lang": "sw", "text": "habari ya asubuhi"})
     assert (xx["perplexity"], xx["bucket"]) == (None, "all")
 
@@ -190,7 +191,7 @@ def test_bad_model_files_are_clear_errors(sample_lms, tmp_path):
 
 
 def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
-    from pipeline.lm import train_lm
+    from pipeline.steps.lm import train_lm
 
     lines = split_reference("fr")[0][:5]
     (tmp_path / "tiny.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -203,7 +204,7 @@ def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
 
 
 def test_corrupt_cutoff_file_and_corrupt_shard_are_clear_errors(tmp_path):
-    from pipeline.perplexity import compute_cutoffs
+    from pipeline.steps.perplexity import compute_cutoffs
 
     (tmp_path / "cutoff.csv").write_bytes(bytes(range(256)) * 4)
     with pytest.raises(UserError, match="not a CSV text file"):

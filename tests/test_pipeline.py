@@ -14,8 +14,9 @@ from conftest import gz, shard_writes_die_after, warc_record
 from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
-from pipeline.counting import COUNTS, Counted, total_counts
-from pipeline.sinks import SCHEMA, read_shard
+from pipeline.output.shards import SCHEMA, read_shard
+from pipeline.steps.base import Drop, RunInfo, Step
+from pipeline.transforms.counting import COUNTS, Counted, total_counts
 
 
 def run_cli(*args: str) -> int:
@@ -69,7 +70,7 @@ def test_a_corpus_folder_reads_as_one_hive_partitioned_dataset(corpus):
     """The call README gives: every shard, none of the other files, lang/bucket from the folders."""
     import pyarrow.dataset as ds
 
-    from pipeline.beam_pipeline import NOT_SHARDS
+    from pipeline.output.layout import NOT_SHARDS
 
     stats = json.loads((corpus / "stats.json").read_text())
     table = ds.dataset(str(corpus), format="ipc", partitioning="hive", ignore_prefixes=NOT_SHARDS).to_table()
@@ -121,7 +122,7 @@ def test_sampling_weights_do_not_depend_on_the_order_they_were_summed_in():
     """Partition totals reach sampling.json in merge order; float sums in that order differ in the last bits."""
     import random
 
-    from pipeline.stats import sampling_weights
+    from pipeline.report.sampling import sampling_weights
 
     sizes = {"ar": 185630, "de": 220627, "el": 224205, "en": 195085, "es": 208356, "fr": 221576,
              "hi": 81398, "ru": 191152, "tr": 174784, "vi": 168830, "zh": 102982}  # the demo's scored corpus
@@ -155,7 +156,7 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
     """Rows travel to their shard in batches cut per bundle; any batching writes the same bytes."""
     import apache_beam as beam
 
-    from pipeline.beam_pipeline import AsTables, WriteCorpus
+    from pipeline.transforms.write import AsTables, WriteCorpus
     from pipeline.config import WriteConfig
 
     docs = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*")) for row in read_shard(str(p)).to_pylist()]
@@ -166,7 +167,7 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
 
 
 def test_read_ahead_parses_a_chunk_before_passing_records_on():
-    from pipeline.beam_pipeline import read_ahead
+    from pipeline.readers.files import read_ahead
 
     pulled = []
 
@@ -181,40 +182,61 @@ def test_read_ahead_parses_a_chunk_before_passing_records_on():
     assert list(read_ahead([], 4)) == []
 
 
-def test_step_fn_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
-    from pipeline.beam_pipeline import StepFn
-    from pipeline.documents import Drop
+class Odd(Step):
+    """Drops odd ids (a test step)."""
 
-    calls = []
+    name = "odd"
+    Config = dict
+    counters = ("odd", "seen")
 
-    def step(doc):
-        calls.append(doc["id"])
+    def __init__(self, run: RunInfo = RunInfo()) -> None:
+        super().__init__({}, run)
+        self.calls: list[int] = []
+
+    def __call__(self, doc):
+        self.calls.append(doc["id"])
+        self.count("seen")
         return Drop("odd") if doc["id"] % 2 else doc
 
-    fn = StepFn("test", lambda: step, chunk=3)
+
+def test_apply_step_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
+    from pipeline.transforms.apply import REMOVED, ApplyStep
+
+    fn = ApplyStep(Odd(RunInfo(write_removed=True)), chunk=3)
     Counted(fn)  # declares the counts output
     fn.setup()
     fn.start_bundle()
-    out = [[d["id"] for d in fn.process({"id": i})] for i in range(5)]
-    assert out == [[], [], [0, 2], [], []] and calls == [0, 1, 2]
+    out = [[o for o in fn.process({"id": i})] for i in range(5)]
+    assert [[d["id"] for d in o if isinstance(d, dict)] for o in out] == [[], [], [0, 2], [], []]
+    assert [o.value for o in out[2] if not isinstance(o, dict)] == [{"id": 1, "reason": "odd"}]
+    assert all(o.tag == REMOVED for o in out[2] if not isinstance(o, dict)) and fn.applied.calls == [0, 1, 2]
     *docs, counts = fn.finish_bundle()
-    assert [w.value["id"] for w in docs] == [4] and calls == [0, 1, 2, 3, 4]
-    assert counts.tag == COUNTS and counts.value.value == [(("test", "documents_out"), 3), (("test", "odd"), 2)]
+    assert [w.value["id"] for w in docs if not hasattr(w, "tag")] == [4] and fn.applied.calls == [0, 1, 2, 3, 4]
+    assert [w.value.value for w in docs if hasattr(w, "tag")] == [{"id": 3, "reason": "odd"}]
+    assert counts.tag == COUNTS and counts.value.value == [(("odd", "documents_out"), 3), (("odd", "odd"), 2),
+                                                            (("odd", "seen"), 5)]
+
+
+def test_a_step_counts_only_what_it_declares():
+    with pytest.raises(ValueError, match="does not declare"):
+        Odd().count("surprise")
+    step = Odd()
+    step.count("odd/de", 2)  # a per-language breakdown of a declared counter
+    assert step.take_counts() == {"odd/de": 2} and step.take_counts() == {}
 
 
 def test_counts_travel_as_data_and_an_undeclared_counting_step_fails():
     """Counts leave each bundle as one element and are summed by one combine; a counting DoFn
     applied without Counted would lose them (a runner may drop an undeclared output): it fails."""
-    from pipeline.beam_pipeline import StepFn
+    from pipeline.transforms.apply import ApplyStep
 
     with beam.Pipeline("DirectRunner") as p:
-        docs = p | beam.Create([{"id": i} for i in range(10)])
-        _ = docs | "Step" >> Counted(StepFn("test", lambda: lambda d: d, chunk=4))
-        _ = docs | "Again" >> Counted(StepFn("other", lambda: lambda d: d))
-        assert_that(total_counts(p), equal_to([{"other": {"documents_out": 10}, "test": {"documents_out": 10}}]))
+        docs = p | beam.Create([{"id": 2 * i} for i in range(10)])
+        _ = docs | "Step" >> Counted(ApplyStep(Odd(), chunk=4))
+        assert_that(total_counts(p), equal_to([{"odd": {"documents_out": 10, "seen": 10}}]))
     with pytest.raises(Exception, match="applied without Counted"):
         with beam.Pipeline("DirectRunner") as p:
-            _ = p | beam.Create([{"id": 1}]) | beam.ParDo(StepFn("test", lambda: lambda d: d))
+            _ = p | beam.Create([{"id": 1}]) | beam.ParDo(ApplyStep(Odd()))
 
 
 @pytest.mark.slow
@@ -299,7 +321,7 @@ def test_scored_corpus_has_perplexity_and_cutoffs(bucketed):
 
 
 def test_buckets_split_at_the_cutoffs(bucketed):
-    from pipeline.perplexity import read_cutoffs
+    from pipeline.steps.perplexity import read_cutoffs
 
     cutoffs = read_cutoffs(str(bucketed / "cutoff.csv"))
     stats = json.loads((bucketed / "corpus" / "stats.json").read_text())
@@ -343,8 +365,9 @@ def test_near_duplicates_of_the_sample_are_removed(sample, tmp_path):
     manifest = json.loads((sample / "manifest.json").read_text())["documents"]
     original = {d["id"]: d.get("dup_of") or d.get("near_dup_of") for d in manifest}
     assert run_cli("--config", "configs/corpus/sample.yaml", "--output", str(tmp_path), "--set", "beam_options=[]",
-                   "--set", "dedup.enabled=false") == 0
-    removed = [json.loads(line) for p in sorted(tmp_path.glob("near_duplicates/part-*.jsonl")) for line in p.open()]
+                   "--set", "steps=[lid, near_dedup]") == 0
+    removed = [json.loads(line) for p in sorted(tmp_path.glob("removed/near_dedup/part-*.jsonl")) for line in p.open()]
+    assert removed and {r["reason"] for r in removed} == {"near_duplicate"} and all(r["text"] for r in removed)
     planted = {d["id"]: d for d in manifest if d.get("dup_of") or d.get("near_dup_of")}
     wrong = [r for r in removed if r["id"] not in planted and original.get(r["id"]) is None
              and r["duplicate_of"] not in planted]

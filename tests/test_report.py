@@ -11,9 +11,9 @@ import pytest
 from conftest import ROOT, open_in_chromium
 
 from pipeline.__main__ import main
-from pipeline.perplexity import write_cutoffs
+from pipeline.steps.perplexity import write_cutoffs
 
-PLOTS = ["funnel.png", "languages.png", "sampling.png", "perplexity.png", "neardup.png", "rejected.png"]
+PLOTS = ["funnel.png", "languages.png", "sampling.png", "perplexity.png", "near_dedup.png", "rejected.png"]
 SCREENSHOTS = ROOT / "out" / "screenshots"  # kept for a person to look at (CI artifacts)
 
 
@@ -42,14 +42,14 @@ def test_every_run_writes_the_report(corpus):
     for plot in PLOTS:
         assert f"]({plot})" in md and (report / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     stats = json.loads((corpus / "stats.json").read_text())
-    clusters = stats["counters"]["neardup_cluster_sizes"]
-    assert clusters and sum(clusters.values()) == stats["counters"]["neardup"]["clusters"]
-    assert sum(int(size) * n - n for size, n in clusters.items()) == stats["counters"]["neardup"]["near_duplicate"]
+    clusters = stats["counters"]["near_dedup_cluster_sizes"]
+    assert clusters and sum(clusters.values()) == stats["counters"]["near_dedup"]["clusters"]
+    assert sum(int(size) * n - n for size, n in clusters.items()) == stats["counters"]["near_dedup"]["near_duplicate"]
     ppl = stats["perplexity"]["languages"]
     assert ppl["de"]["cutoffs"] == {"head": 60.0 + 6 * 30, "tail": 60.0 + 6 * 60} and "cutoffs" not in ppl["vi"]
     assert sum(c for _, c in ppl["de"]["histogram"]) == stats["languages"]["de"]["documents"]
     # the tables a reader needs: every stage, per-language drops, the sampling at other alphas, the cutoffs
-    assert "| after near-dup |" in md and "neardup: near_duplicate" in md and "q_i % (α=0.7)" in md
+    assert "| after near-dup |" in md and "near_dedup: near_duplicate" in md and "q_i % (α=0.7)" in md
     assert re.search(r"\| de \| \d+ \| \d+ \| 240 \| 420 \|", md), md
     assert "| apache-beam |" in md
 
@@ -73,7 +73,7 @@ def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):
     for key in ("perplexity", "versions"):
         del stats[key]
     stats["counters"] = {step: {k: v for k, v in names.items() if "/" not in k}
-                         for step, names in stats["counters"].items() if step != "neardup_cluster_sizes"}
+                         for step, names in stats["counters"].items() if step != "near_dedup_cluster_sizes"}
     (old / "stats.json").write_text(json.dumps(stats))
     shutil.copy(corpus / "sampling.json", old / "sampling.json")
     assert main(["report", str(old), "--out", str(tmp_path / "out")]) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from pretrain.__main__ import main
 from pretrain.shards import TokenShards, tokenize_corpus, valid_score
 from pretrain.tokenizer import Tokenizer, language_shards, train_tokenizer
@@ -21,7 +21,7 @@ def token_files(directory: Path) -> dict[str, bytes]:
 
 
 def test_documents_are_the_corpus_in_order(sample_tokens: Path, sample_tokenizer: Path, sample_corpus: Path) -> None:
-    from pipeline.sinks import read_shard
+    from pipeline.output.shards import read_shard
 
     shards = TokenShards.open(sample_tokens)
     tok = Tokenizer.load(sample_tokenizer)
@@ -128,7 +128,7 @@ def test_other_tokenizer_is_refused(sample_tokens: Path, sample_corpus: Path, tm
 
 
 def test_empty_language_is_a_clear_error(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
-    from pipeline.sinks import docs_to_table, write_table
+    from pipeline.output.shards import docs_to_table, write_table
 
     corpus = tmp_path / "corpus"
     shutil.copytree(sample_corpus, corpus)

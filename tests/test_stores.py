@@ -19,8 +19,8 @@ import pytest
 from conftest import free_port, gz, shard_writes_die_after, warc_record
 
 from pipeline.__main__ import main
-from pipeline.lid import default_model_path
-from pipeline.perplexity import write_cutoffs
+from pipeline.steps.lid import default_model_path
+from pipeline.steps.perplexity import write_cutoffs
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -130,7 +130,7 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
     shards = sorted(k for k in stored if k.startswith("lang="))
     assert any("bucket=head" in k for k in shards) and any("bucket=tail" in k for k in shards)
     assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
-    for plot in ("funnel", "languages", "sampling", "perplexity", "neardup", "rejected"):  # the corpus report
+    for plot in ("funnel", "languages", "sampling", "perplexity", "near_dedup", "rejected"):  # the corpus report
         assert stored[f"report/{plot}.png"] == local_files[f"report/{plot}.png"]
     assert main(["report", bucket.url("corpus"), "--out", bucket.url("rebuilt"), *bucket.flags]) == 0
     assert bucket.get("rebuilt/report.html") == stored["report/report.html"]
@@ -195,8 +195,8 @@ def test_a_store_that_refuses_is_one_line_before_any_work(s3_server, gcs_emulato
 STREAM_CHILD = """
 import sys, tracemalloc
 from apache_beam.options.pipeline_options import PipelineOptions
-from pipeline import fs, stores
-from pipeline.beam_pipeline import read_file
+from pipeline.output import fs, stores
+from pipeline.readers.files import read_file
 from pipeline.config import ReadConfig
 options = PipelineOptions(sys.argv[2:])
 fs.configure(options)
@@ -232,8 +232,8 @@ def test_models_are_copied_once_per_worker_and_checked(s3_server, tmp_path, monk
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import fs
-    from pipeline.errors import UserError
+    from pipeline.output import fs
+    from pipeline.util.errors import UserError
 
     model = Path(default_model_path()).read_bytes()
     s3_server.client.put_object(Bucket="polyglot", Key="models/lid.176.ftz", Body=model)
@@ -284,8 +284,8 @@ def test_the_dask_runner_shuffles_through_a_bucket(s3_server, local_reference, t
     shuffle folder is gone at the end."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import fs
-    from pipeline.dask_runner import group_part, split_by_key
+    from pipeline.output import fs
+    from pipeline.runners.dask_runner import group_part, split_by_key
 
     fs.configure(PipelineOptions(s3_server.flags))
     split = split_by_key([(k, k * 10) for k in range(6)], "s3://polyglot/unit/split-0", 3)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from pretrain.__main__ import main
 from pretrain.tokenizer import HF_MODEL, OUR_MODEL, Tokenizer, language_shards, read_texts, train_tokenizer
 from pretrain_fixtures import SAMPLE_VOCAB
@@ -141,7 +141,7 @@ def test_cli_help_documents_every_option(capsys) -> None:
 
 
 def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
-    from pipeline.sinks import docs_to_table, output_table, write_table
+    from pipeline.output.shards import docs_to_table, output_table, write_table
 
     corpus = tmp_path / "corpus"
     shutil.copytree(sample_corpus, corpus)
@@ -178,7 +178,7 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
 def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import pretrain.tokenizer as tok
-    from pipeline import fs
+    from pipeline.output import fs
 
     out = tmp_path / "tok"
     shutil.copytree(sample_tokenizer, out)

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from pretrain.checkpoint import LATEST, META, RANK_STATE, load_for_inference
 from pretrain.metrics import mfu, read_metrics
 from pretrain.trainer import (RunConfig, ScheduleConfig, Trainer, batch_layout, deepspeed_config, load_run_config,

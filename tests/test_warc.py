@@ -9,8 +9,8 @@ import pytest
 from conftest import gz, warc_record
 from warcio.archiveiterator import ArchiveIterator as WarcioIterator
 
-from pipeline.documents import Drop, Note, Rejected
-from pipeline.warc import RecordReader, iter_gzip_members
+from pipeline.steps.base import Drop, Note, Rejected
+from pipeline.readers.warc import RecordReader, iter_gzip_members
 
 
 def read(data: bytes, fmt: str = "wet", name: str = "x.warc.wet.gz"):
@@ -155,7 +155,7 @@ def test_header_names_are_case_insensitive():
 
 def test_a_file_the_store_cannot_serve_is_rejected_not_fatal(monkeypatch):
     """Object-store clients raise their own errors (boto's, Google's), not OSError: still one rejected record."""
-    from pipeline import beam_pipeline
+    from pipeline.readers import files
     from pipeline.config import ReadConfig
 
     class S3ClientError(Exception):
@@ -164,8 +164,8 @@ def test_a_file_the_store_cannot_serve_is_rejected_not_fatal(monkeypatch):
     def unavailable(path: str):
         raise S3ClientError("503 SlowDown")
 
-    monkeypatch.setattr(beam_pipeline.fs, "open_read", unavailable)
-    [record] = beam_pipeline.read_file("s3://bucket/CC-MAIN-x.warc.wet.gz", ReadConfig())
+    monkeypatch.setattr(files.fs, "open_read", unavailable)
+    [record] = files.read_file("s3://bucket/CC-MAIN-x.warc.wet.gz", ReadConfig())
     assert isinstance(record, Rejected)
     assert (record.source, record.reason, record.detail) == (
         "s3://bucket/CC-MAIN-x.warc.wet.gz", "unreadable_file", "S3ClientError: 503 SlowDown")
@@ -254,7 +254,7 @@ def test_chunked_and_compressed_http_bodies_give_the_same_text(sample):
 
 def test_a_file_that_cannot_be_read_is_one_rejection(tmp_path):
     """Unreadable even for root: a link to /proc/self/mem opens but fails on read (EIO)."""
-    from pipeline.beam_pipeline import read_file
+    from pipeline.readers.files import read_file
     from pipeline.config import ReadConfig
 
     if not Path("/proc/self/mem").exists():

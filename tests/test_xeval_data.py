@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 from xeval.data import (LABELS, XNLI_LANGUAGES, discover, label_id, load_split, read_hf, read_mt_tsv,
                         read_multinli_jsonl, read_xnli_tsv)
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "workflows"))
 from bench_pipeline import build_input  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
-from pipeline.beam_pipeline import RUN_FILE  # noqa: E402
+from pipeline.output.layout import RUN_FILE  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.run import run_corpus  # noqa: E402
 
@@ -66,7 +66,7 @@ def main() -> None:
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
-    sets = ["progress=false", "write.shard_size_mb=64", "near_dedup.enabled=false", "beam_options=[]"]
+    sets = ["progress=false", "write.shard_size_mb=64", "steps=[dedup, lid, perplexity]", "beam_options=[]"]
 
     best: dict[str, float] = {}
     digests: dict[str, str] = {}

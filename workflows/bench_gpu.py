@@ -103,7 +103,7 @@ def line(r: dict[str, Any]) -> str:
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A wrong option is one usage error line, before anything is built or loaded."""
-    from pipeline.errors import UserError
+    from pipeline.util.errors import UserError
     from pretrain.models.config import model_config_path
     from pretrain.tokenizer import Tokenizer
 

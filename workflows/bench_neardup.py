@@ -7,7 +7,7 @@ seeded corpus is used at every size (the smaller ones are its prefixes). Everyth
 one process, so documents/s per core = documents / CPU seconds of the process (wall-clock seconds
 are printed too; they include waiting for a shared CPU). For each size it prints:
 
-* signatures: ``pipeline.neardup.signatures``, per shingle kind and overall;
+* signatures: ``pipeline.steps.minhash.signatures``, per shingle kind and overall;
 * Beam stage: ``NearDedup`` on the DirectRunner (one in-process worker), reading the documents
   from JSON lines, minus the same pipeline without the stage;
 * datasketch (the single-machine baseline): ``MinHash.bulk`` over the shingle strings (its SHA-1
@@ -41,9 +41,10 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
-from pipeline import neardup  # noqa: E402
-from pipeline.neardup import NearDedup, NearDupConfig  # noqa: E402
-from pipeline.warc import RecordReader  # noqa: E402
+from pipeline.steps import minhash  # noqa: E402
+from pipeline.steps.near_dedup import NearDedup, NearDupConfig  # noqa: E402
+from pipeline.transforms.near_dedup import NearDedupTransform  # noqa: E402
+from pipeline.readers.warc import RecordReader  # noqa: E402
 
 DOC_CHARS = 500
 T = TypeVar("T")
@@ -137,7 +138,7 @@ def time_beam(path: Path, cfg: NearDupConfig, stage: bool) -> tuple[Seconds, int
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         docs = p | beam.io.ReadFromText(str(path)) | beam.Map(json.loads)
         if stage:
-            docs = (docs | NearDedup(cfg)).docs
+            docs = (docs | NearDedupTransform(NearDedup(cfg))).main
         _ = docs | beam.combiners.Count.Globally() | beam.io.WriteToText(str(out), shard_name_template="")
     return clock() - start, int(out.read_text().strip())
 

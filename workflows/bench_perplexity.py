@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import CCNET, SAMPLE, SAMPLE_LANGS, split_reference  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
-from pipeline.lm import train_lm  # noqa: E402
-from pipeline.perplexity import PerplexityScorer  # noqa: E402
+from pipeline.steps.lm import train_lm  # noqa: E402
+from pipeline.steps.perplexity import PerplexityConfig, PerplexityScorer  # noqa: E402
 from test_perplexity import sanity_rates  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def main() -> None:
     ccnet = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ccnet)
 
-    scorer = PerplexityScorer(str(work), SAMPLE_LANGS, "document", None, 30, 60, [], None)
+    scorer = PerplexityScorer(PerplexityConfig(models=str(work)), languages=SAMPLE_LANGS)
     docs = [d for d in sample_documents() if d["lang"] in SAMPLE_LANGS] * args.repeat
     for lang in SAMPLE_LANGS:
         scorer.models(lang)  # load outside the timed region

@@ -31,13 +31,13 @@ from warcio.warcwriter import WARCWriter
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import dedup, sinks  # noqa: E402
-from pipeline.beam_pipeline import without_perplexity  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.documents import Drop  # noqa: E402
-from pipeline.lid import LanguageIdentifier  # noqa: E402
+from pipeline.output import layout, shards  # noqa: E402
+from pipeline.readers.warc import RecordReader  # noqa: E402
 from pipeline.run import run_corpus  # noqa: E402
-from pipeline.warc import RecordReader  # noqa: E402
+from pipeline.steps import dedup  # noqa: E402
+from pipeline.steps.base import Drop  # noqa: E402
+from pipeline.steps.lid import LanguageIdentifier  # noqa: E402
 
 
 def sample_records(sample: Path) -> list[tuple[str, str, bytes]]:
@@ -105,30 +105,30 @@ def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
     for path in inputs:
         with open(path, "rb") as f:
             files.append([r for r in RecordReader(path, "wet", cfg.read.verify_digests).read(f) if isinstance(r, dict)])
-    removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], cfg.dedup.policy)
-    lid = LanguageIdentifier(cfg.lid.model, cfg.lid.threshold, cfg.lid.thresholds, cfg.lid.below_threshold)
+    dedup_cfg = cfg.section("dedup")
+    removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], dedup_cfg.policy)
+    lid = LanguageIdentifier(cfg.section("lid"))
     partitions = collections.defaultdict(list)
     for i, docs in enumerate(files):
         index = dedup.removal_index([removed[i]] if i in removed else [])
         for ordinal, doc in enumerate(docs):
-            kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), cfg.dedup.min_length)
+            kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), dedup_cfg.min_length)
             if isinstance(kept, Drop):
                 continue
             kept = lid(kept)
             if isinstance(kept, Drop):
                 continue
-            kept = without_perplexity(kept)
-            partitions[(kept["lang"], kept["bucket"])].append(kept)
+            partitions[(kept["lang"], "all")].append(kept)  # no perplexity step: bucket all
     target = int(cfg.write.shard_size_mb * 2**20)
     written = 0
     for (lang, bucket), part in partitions.items():
-        n = sinks.shard_count(sum(len(d["text"].encode()) for d in part), target)
-        shards = collections.defaultdict(list)
+        n = shards.shard_count(sum(len(d["text"].encode()) for d in part), target)
+        by_shard = collections.defaultdict(list)
         for doc in part:
-            shards[sinks.shard_of_id(doc["id"], n)].append(doc)
-        for shard, docs in shards.items():
-            table = sinks.shard_table([sinks.docs_to_table(docs)])
-            sinks.write_table(table, sinks.shard_path(str(out), lang, bucket, shard, "arrow"), "arrow")
+            by_shard[shards.shard_of_id(doc["id"], n)].append(doc)
+        for shard, docs in by_shard.items():
+            table = shards.shard_table([shards.docs_to_table(docs)])
+            shards.write_table(table, layout.shard_path(str(out), lang, bucket, shard, "arrow"), "arrow")
             written += len(docs)
     return written
 
@@ -144,7 +144,7 @@ def main() -> None:
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
-    base = ["--set", "progress=false", "--set", "write.shard_size_mb=64", "--set", "near_dedup.enabled=false"]
+    base = ["--set", "progress=false", "--set", "write.shard_size_mb=64", "--set", "steps=[dedup, lid, perplexity]"]
 
     def config(out: str, workers: int):
         beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"

@@ -48,10 +48,11 @@ from bench_perplexity import ensure_models  # noqa: E402
 from bench_pipeline import sample_records  # noqa: E402
 from test_engines import near_copy  # noqa: E402
 
-from pipeline import dedup  # noqa: E402
-from pipeline.beam_pipeline import read_file  # noqa: E402
+from pipeline.steps import dedup  # noqa: E402
+from pipeline.readers.files import read_file  # noqa: E402
 from pipeline.config import ReadConfig  # noqa: E402
-from pipeline.perplexity import compute_cutoffs, write_cutoffs  # noqa: E402
+from pipeline.output.layout import shard_files  # noqa: E402
+from pipeline.steps.perplexity import compute_cutoffs, write_cutoffs  # noqa: E402
 
 FILES_PER_SCALE = 8
 NEAR_SHARE = 0.10
@@ -172,11 +173,11 @@ def run(files: list[str], out: Path, runner: list[str], lms: Path, cutoffs: Path
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(cmd[:8])} ...\n{stderr[-3000:]}")
     stats = json.loads((out / "stats.json").read_text())
-    output = sum(p.stat().st_size for p in out.glob("lang=*/bucket=*/part-*"))
+    output = sum(os.path.getsize(p) for p in shard_files(str(out)))
     return {"wall_s": round(wall, 2), "output_mb": round(output / 2**20, 2), "documents": stats["counters"]["read"]["documents"],
             "kept": stats["counters"]["write"]["documents"], "driver_rss_mb": round(driver / 2**20, 1),
             "worker_rss_mb": sorted(round(w / 2**20, 1) for w in workers),
-            "near_duplicates": stats["counters"]["neardup"]["documents_in"] - stats["counters"]["neardup"]["documents_out"]}
+            "near_duplicates": stats["counters"]["near_dedup"]["documents_in"] - stats["counters"]["near_dedup"]["documents_out"]}
 
 
 def plot(results: dict, path: Path) -> None:

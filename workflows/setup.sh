@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-time set-up, safe to rerun: a virtualenv with torch (CPU build) installed first and pinned
+# One-time set-up, safe to rerun: a virtualenv with torch installed first and pinned
 # by constraints.txt, the package with its dependencies, the fastText LID model file, and KenLM's
 # lmplz/build_binary compiled from the kenlm source package into a cache folder.
 # Everything already built is reused and said so.
@@ -29,7 +29,7 @@ setup_venv() {
   "$PY" -m venv "$VENV"
   local pip=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
   "${pip[@]}" install --upgrade pip setuptools wheel
-  say "installing torch 2.13.0 (CPU build) first"
+  say "installing torch 2.13.0 first (PyPI's wheel; it runs on CPU where there is no GPU)"
   "${pip[@]}" install torch==2.13.0
   say "installing the package and its pinned dependencies"
   DS_BUILD_OPS=0 "${pip[@]}" install -c constraints.txt -e '.[train,dask,gcp,s3,dev]'
@@ -66,8 +66,10 @@ build_kenlm() {
       "kenlm==$KENLM_VERSION" -d "$work"
   tar -xzf "$work"/kenlm-*.tar.gz -C "$work"
   local src; src=$(find "$work" -maxdepth 1 -type d -name 'kenlm-*' | head -1)
-  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null
-  cmake --build "$src/build" --target lmplz build_binary -j "$(nproc)" >/dev/null
+  # the compiler's warnings go to a log, shown only if the build fails
+  { cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 &&
+    cmake --build "$src/build" --target lmplz build_binary -j "$(nproc)"; } >"$work/build.log" 2>&1 ||
+    { tail -40 "$work/build.log" >&2; echo "[setup] error: building KenLM failed (log above)" >&2; exit 1; }
   mkdir -p "$KENLM_BIN"
   cp "$src/build/bin/lmplz" "$src/build/bin/build_binary" "$KENLM_BIN/"
   rm -rf "$work"

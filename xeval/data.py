@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 
 LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
 """Label ids 0, 1, 2: the order of HF ``xnli``'s ClassLabel and of the classifier's logits."""

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 
 from .data import LABELS
 

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserError
-from pipeline.htmlpage import Section, Table, png, pyplot, write_report
+from pipeline.util.errors import UserError
+from pipeline.report.html import Section, Table, png, pyplot, write_report
 
 from .data import XNLI_LANGUAGES
 

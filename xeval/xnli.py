@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
-from pipeline.errors import UserError
+from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.util.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
 from .config import ENGINES, TrainConfig

@@ -9,8 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from pipeline.configfile import build_dataclass, check_choices_and_ranges, merged_config_data
-from pipeline.errors import UserError
+from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, merged_config_data
+from pipeline.util.errors import UserError
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
 ARCHS = ("xlmr", "deberta-v3")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 
 from .config import OBJECTIVES, ModelConfig, validate_model_config
 from .modeling import Classifier, MaskedLM, build_classifier, build_pretraining_model, encoder_state_dict

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.errors import UserError
+from pipeline.util.errors import UserError
 
 from .config import ModelConfig
 from .heads import (IGNORE, ClassifierOutput, ContextPooler, LMHead, PretrainOutput, RobertaClassificationHead,

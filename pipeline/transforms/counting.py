@@ -16,10 +16,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from ..report.stats import Counts
+
 COUNTS = "counts"
 MAIN = "main"
-Counts = dict[str, dict[str, int]]
-"""``{step: {name: n}}``, both levels sorted: what stats.json's ``counters`` holds."""
 
 
 class CountingDoFn(beam.DoFn):

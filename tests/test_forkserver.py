@@ -1,4 +1,4 @@
-"""The FnApiRunner overrides (pipeline/local_runner.py): stage inputs in pieces, the same bytes.
+"""The FnApiRunner overrides (pipeline/runners/forkserver.py): stage inputs in pieces, the same bytes.
 
 Run on Beam's own GroupingBuffer and in-memory data channel: the pieces must concatenate to
 exactly what Beam's unpatched code sends each worker, and each message must stay near
@@ -22,9 +22,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline import local_runner
-from pipeline.engines import make_runner, pipeline_options
-from pipeline.errors import UserError
+from pipeline.runners import forkserver
+from pipeline.runners.options import make_runner, pipeline_options
+from pipeline.util.errors import UserError
 
 PIECE = 10_000  # bytes: small, so a few hundred kB of input makes many pieces
 
@@ -46,10 +46,10 @@ def pairs(n: int) -> list[tuple[str, bytes]]:
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_grouped_pieces_are_beams_bytes_cut_between_elements(monkeypatch, workers):
-    monkeypatch.setattr(local_runner, "PIECE_BYTES", PIECE)
+    monkeypatch.setattr(forkserver, "PIECE_BYTES", PIECE)
     data = pairs(3000)
-    beams = local_runner._BEAM_PARTITION(grouping_buffer(data), workers)
-    ours = local_runner._partition_in_pieces(grouping_buffer(data), workers)
+    beams = forkserver._BEAM_PARTITION(grouping_buffer(data), workers)
+    ours = forkserver._partition_in_pieces(grouping_buffer(data), workers)
     assert len(ours) == workers
     post = grouping_buffer([])._post_grouped_coder.get_impl()
     largest = max(len(v) for _, v in data) * 3 + 1000  # one key's values, encoded, at most
@@ -64,16 +64,16 @@ def test_grouped_pieces_are_beams_bytes_cut_between_elements(monkeypatch, worker
 
 
 def test_an_empty_group_still_gives_every_worker_one_piece(monkeypatch):
-    monkeypatch.setattr(local_runner, "PIECE_BYTES", PIECE)
-    assert local_runner._partition_in_pieces(grouping_buffer([]), 2) == local_runner._BEAM_PARTITION(grouping_buffer([]), 2)
+    monkeypatch.setattr(forkserver, "PIECE_BYTES", PIECE)
+    assert forkserver._partition_in_pieces(grouping_buffer([]), 2) == forkserver._BEAM_PARTITION(grouping_buffer([]), 2)
 
 
 def test_each_piece_is_a_message_of_its_own(monkeypatch):
-    monkeypatch.setattr(local_runner, "PIECE_BYTES", PIECE)
+    monkeypatch.setattr(forkserver, "PIECE_BYTES", PIECE)
     channel = InMemoryDataChannel()
     manager = SimpleNamespace(_worker_handler=SimpleNamespace(data_conn=channel))
     chunks = [bytes([i]) * (3000 + 500 * i) for i in range(20)]
-    local_runner._send_in_pieces(manager, "bundle-1", "read", chunks)
+    forkserver._send_in_pieces(manager, "bundle-1", "read", chunks)
     messages = [m.data for m in channel.inverse()._inputs]
     assert b"".join(messages) == b"".join(chunks)
     assert len(messages) > 5
@@ -83,8 +83,8 @@ def test_each_piece_is_a_message_of_its_own(monkeypatch):
 def test_every_local_run_uses_the_overrides(monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     make_runner(pipeline_options("DirectRunner", []))
-    assert execution.GroupingBuffer.partition is local_runner._partition_in_pieces
-    assert fn_runner.BundleManager._send_input_to_worker is local_runner._send_in_pieces
+    assert execution.GroupingBuffer.partition is forkserver._partition_in_pieces
+    assert fn_runner.BundleManager._send_input_to_worker is forkserver._send_in_pieces
     assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # glibc's own adaptive threshold unless asked
 
 
@@ -113,14 +113,14 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
 
 
 def test_other_commands_still_start_as_processes():
-    process = local_runner._popen("exit 3", shell=True)
+    process = forkserver._popen("exit 3", shell=True)
     assert isinstance(process, subprocess.Popen) and process.wait(timeout=30) == 3
 
 
 def test_a_forked_worker_reports_its_exit_like_a_process(monkeypatch):
-    monkeypatch.setattr(local_runner, "_fork_workers", True)
-    worker = local_runner._popen(local_runner.WORKER_COMMAND, shell=True, env={"PATH": os.environ["PATH"]})
-    assert isinstance(worker, local_runner.ForkedWorker)
+    monkeypatch.setattr(forkserver, "_fork_workers", True)
+    worker = forkserver._popen(forkserver.WORKER_COMMAND, shell=True, env={"PATH": os.environ["PATH"]})
+    assert isinstance(worker, forkserver.ForkedWorker)
     assert worker.wait() == 1 and worker.poll() == worker.returncode == 1  # no control address: the harness fails
 
 
@@ -138,4 +138,4 @@ def test_only_a_guarded_main_lets_workers_fork(tmp_path, spec, source, guarded):
     if source is not None:
         main.__file__ = str(tmp_path / "main.py")
         (tmp_path / "main.py").write_text(source)
-    assert local_runner.main_is_guarded(main) is guarded
+    assert forkserver.main_is_guarded(main) is guarded

@@ -1,7 +1,7 @@
-"""CCNet perplexity scoring and head/middle/tail buckets.
+"""The ``perplexity`` step: CCNet perplexity scoring and head/middle/tail buckets.
 
 A document's perplexity is computed as CCNet's pipeline does: the whole text goes through
-:func:`pipeline.normalize.normalize` (which deletes newlines without a space, so the document
+:func:`pipeline.steps.normalize.normalize` (which deletes newlines without a space, so the document
 is one sequence), SentencePiece cuts it into pieces, KenLM scores the pieces joined by spaces
 (with <s> and </s>) as one log10 probability, and pp = 10^(-score / (pieces + 1)), rounded to
 0.1. ``per_line`` mode instead normalizes and scores every paragraph separately and divides the
@@ -15,14 +15,16 @@ fails to load is counted (``model_load_failed``) and its language treated as hav
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import fs
-from .documents import Document, Drop, StepResult
-from .errors import UserError
+from ..output import fs
+from ..output.layout import shard_files
+from .base import Document, Drop, RunInfo, Step, StepResult
+from ..util.errors import UserError
 from .normalize import normalize
 
 MODES = ("document", "per_line")
@@ -163,17 +165,73 @@ def bucket_of(pp: float | None, cutoffs: list[float] | None, head: int, tail: in
     return "tail"
 
 
-class PerplexityScorer:
-    """``__call__(doc)`` sets ``perplexity`` and ``bucket``; models load lazily per language."""
+@dataclasses.dataclass
+class PerplexityConfig:
+    models: str | None = None
+    """Directory of <lang>.sp.model + <lang>.arpa.bin (CCNet names; train-lm writes them). null: no scoring, every document in bucket all."""
+    languages: list[str] = dataclasses.field(default_factory=list)
+    """Score only these languages (default: every language with both model files)."""
+    mode: str = "document"
+    """document (CCNet: the whole document as one normalized sequence) or per_line (each paragraph scored, scores summed)."""
+    cutoffs: str | None = None
+    """CCNet-layout cutoff.csv (python -m pipeline cutoffs writes one). null: perplexity only, bucket 'all'."""
+    head: int = 30
+    """Percentile below which a document is head."""
+    tail: int = 60
+    """Percentile from which a document is tail (middle in between)."""
+    drop_buckets: list[str] = dataclasses.field(default_factory=list)
+    """Buckets to drop, e.g. [tail] (counted)."""
+    max_perplexity: float | None = None
+    """Drop documents above this perplexity (counted)."""
 
-    def __init__(self, model_dir: str, languages: list[str], mode: str, cutoffs: dict[str, list[float]] | None,
-                 head: int, tail: int, drop_buckets: list[str], max_perplexity: float | None) -> None:
-        self.model_dir, self.languages, self.mode = model_dir, set(languages), mode
-        self.cutoffs, self.head, self.tail = cutoffs, head, tail
-        self.drop_buckets, self.max_perplexity = set(drop_buckets), max_perplexity
+    choices = {"mode": MODES}
+    ranges = {"head": (0, 99), "tail": (0, 99)}
+
+    def validate(self) -> None:
+        if self.head > self.tail:
+            raise UserError(f"head ({self.head}) must not exceed tail")
+        for value in self.drop_buckets:
+            if value not in (*BUCKETS, "all"):
+                raise UserError(f"drop_buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
+
+
+class PerplexityScorer(Step):
+    """Sets ``perplexity`` and ``bucket``; models load lazily per language."""
+
+    name = "perplexity"
+    Config = PerplexityConfig
+    counters = ("above_max_perplexity", "dropped_head", "dropped_middle", "dropped_tail", "dropped_all",
+                "model_load_failed", "no_cutoff")
+    provides = ("perplexity", "bucket")
+
+    def __init__(self, cfg: PerplexityConfig, run: RunInfo = RunInfo(), languages: list[str] | None = None,
+                 cutoffs: dict[str, list[float]] | None = None) -> None:
+        super().__init__(cfg, run)
+        self.languages, self.cutoffs = set(languages or ()), cutoffs
         self._models: dict[str, tuple[Any, Any] | None] = {}
-        self.events: list[str] = []
-        """Counter names for things that happened outside a drop (read and cleared by the DoFn)."""
+
+    @classmethod
+    def active(cls, cfg: PerplexityConfig) -> bool:
+        return cfg.models is not None
+
+    @classmethod
+    def requires(cls, cfg: PerplexityConfig) -> tuple[str, ...]:
+        return ("lang",)
+
+    def store_paths(self) -> dict[str, str]:
+        return {key: path for key, path in (("perplexity.models", self.cfg.models),
+                                            ("perplexity.cutoffs", self.cfg.cutoffs)) if path}
+
+    def prepare(self) -> None:
+        """The languages to score (their models checked) and the cutoff table."""
+        assert self.cfg.models is not None
+        self.languages = set(check_models(self.cfg.models, self.cfg.languages))
+        self.cutoffs = read_cutoffs(self.cfg.cutoffs) if self.cfg.cutoffs else None
+        if self.cutoffs is not None:
+            uncovered = sorted(self.languages - set(self.cutoffs))
+            if uncovered:
+                LOG.warning("%s has no cutoffs for %s: their documents get bucket 'all'", self.cfg.cutoffs,
+                            ", ".join(uncovered))
 
     def models(self, lang: str) -> tuple[Any, Any] | None:
         if lang not in self._models:
@@ -184,29 +242,31 @@ class PerplexityScorer:
         import kenlm
         import sentencepiece as spm
 
-        sp_path, lm_path = model_paths(self.model_dir, lang)
+        assert self.cfg.models is not None
+        sp_path, lm_path = model_paths(self.cfg.models, lang)
         try:
             with fs.open_read(sp_path) as f:
                 sp = spm.SentencePieceProcessor(model_proto=f.read())
             lm = kenlm.Model(str(fs.local_copy(lm_path, Path("/tmp/polyglot-models"))))
         except (OSError, RuntimeError, UserError) as exc:
             LOG.error("%s: cannot load the %s model (%s); its documents get bucket 'all'", lm_path, lang, exc)
-            self.events.append("model_load_failed")
+            self.count("model_load_failed")
             return None
         return sp, lm
 
     def __call__(self, doc: Document) -> StepResult:
+        cfg = self.cfg
         models = self.models(doc["lang"])
-        pp = document_perplexity(doc["text"], *models, self.mode) if models else None
+        pp = document_perplexity(doc["text"], *models, cfg.mode) if models else None
         cutoffs = None
         if pp is not None and self.cutoffs is not None:
             cutoffs = self.cutoffs.get(doc["lang"])
             if cutoffs is None:
-                self.events.append("no_cutoff")
-        bucket = bucket_of(pp, cutoffs, self.head, self.tail)
-        if self.max_perplexity is not None and pp is not None and pp > self.max_perplexity:
+                self.count("no_cutoff")
+        bucket = bucket_of(pp, cutoffs, cfg.head, cfg.tail)
+        if cfg.max_perplexity is not None and pp is not None and pp > cfg.max_perplexity:
             return Drop("above_max_perplexity")
-        if bucket in self.drop_buckets:
+        if bucket in cfg.drop_buckets:
             return Drop(f"dropped_{bucket}")
         return {**doc, "perplexity": pp, "bucket": bucket}
 
@@ -222,9 +282,9 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
 
     import numpy as np
 
-    from .sinks import read_shard
+    from ..output.shards import read_shard
 
-    shards = fs.match_optional(fs.join(corpus, "lang=*", "bucket=*", "part-*"))
+    shards = shard_files(corpus)
     if not shards:
         raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*) in it")
     values: dict[str, list[tuple[str, float]]] = {}

@@ -14,18 +14,23 @@ import json
 import math
 from typing import Any
 
-from . import fs
-from .beam_pipeline import REPORT
-from .errors import UserError
-from .htmlpage import Section, Table, png, pyplot, write_report
-from .neardup import CLUSTER_SIZES
-from .stats import sampling_weights
+from ..output import fs
+from ..output.layout import REPORT
+from ..steps.near_dedup import CLUSTER_SIZES, NearDedup
+from ..util.errors import UserError
+from .html import Section, Table, png, pyplot, write_report
+from .sampling import sampling_weights
 
 ALPHAS = (0.7, 0.3, 0.0)  # XLM-R's paper compares these (α = 0: every language the same share)
 BUCKET_ORDER = ("head", "middle", "tail", "all")
 
 
 STATS_KEYS = ("counters", "languages", "config", "input_files")
+STAGE_LABELS = {"dedup": "after exact dedup", "lid": "after language ID", NearDedup.name: "after near-dup",
+                "perplexity": "after perplexity filters"}
+LEGACY_STEPS = ["dedup", "lid", NearDedup.name, "perplexity"]
+"""The order of a stats.json written before profiles listed their steps (near-dup after lid)."""
+LEGACY_NAMES = {"neardup": NearDedup.name, "neardup_cluster_sizes": CLUSTER_SIZES}
 SAMPLING_KEYS = ("alpha", "unit", "languages")
 
 
@@ -55,18 +60,9 @@ def _stages(stats: dict[str, Any]) -> list[tuple[str, int]]:
     records = read.get("documents", 0) + read.get("too_short", 0) + sum(
         v for k, v in read.items() if k.startswith(("skipped_", "rejected_")))
     stages = [("records read", records), ("documents parsed", read.get("documents", 0))]
-    if "dedup" in c:
-        stages.append(("after exact dedup", c["dedup"].get("documents_out", 0)))
-    position = stats["config"].get("near_dedup", {}).get("position", "after_lid")
-    near = [("after near-dup", c["neardup"].get("documents_out", 0))] if "neardup" in c else []
-    order = [("lid", "after language ID"), ("perplexity", "after perplexity filters")]
-    if position == "before_lid":
-        stages += near
-    for step, label in order:
+    for step in stats["config"].get("steps", LEGACY_STEPS):
         if step in c:
-            stages.append((label, c[step].get("documents_out", 0)))
-        if step == "lid" and position == "after_lid" or step == "perplexity" and position == "after_perplexity":
-            stages += near
+            stages.append((STAGE_LABELS.get(step, f"after {step}"), c[step].get("documents_out", 0)))
     stages.append(("written", c.get("write", {}).get("documents", 0)))
     return stages
 
@@ -267,11 +263,11 @@ def perplexity_section(stats: dict[str, Any]) -> Section:
 def neardup_section(stats: dict[str, Any]) -> Section:
     counters = stats["counters"]
     heading = "Near-duplicates"
-    if "neardup" not in counters:
+    if NearDedup.name not in counters:
         return Section(heading, paragraphs=["Near-dup was off for this corpus."],
-                       plots=[("neardup.png", _empty_plot("Near-duplicate clusters", "near-dup was off"))])
+                       plots=[("near_dedup.png", _empty_plot("Near-duplicate clusters", "near-dup was off"))])
     sizes = sorted((int(k), v) for k, v in counters.get(CLUSTER_SIZES, {}).items())
-    near = counters["neardup"]
+    near = counters[NearDedup.name]
     removed = near.get("near_duplicate", 0)
     if sizes:
         plt = pyplot()
@@ -287,7 +283,7 @@ def neardup_section(stats: dict[str, Any]) -> Section:
     return Section(heading, paragraphs=[
         f"{_n(near.get('documents_in', 0))} documents compared (MinHash LSH), {_n(removed)} removed as near-duplicates of "
         f"a kept document, in {_n(sum(v for _, v in sizes))} clusters of two or more."],
-        plots=[("neardup.png", plot)],
+        plots=[("near_dedup.png", plot)],
         tables=[Table(["cluster size", "clusters", "documents removed"], [[str(s), _n(v), _n(v * (s - 1))] for s, v in sizes])])
 
 
@@ -324,6 +320,7 @@ def build(corpus: str, out: str | None = None) -> list[str]:
     """Write the report of the corpus in folder ``corpus`` (local or a bucket) to ``out``
     (default ``<corpus>/report``); returns the written paths."""
     stats = read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
+    stats["counters"] = {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}
     sampling = read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
     kept = sum(v["documents"] for v in stats["languages"].values())
     intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "

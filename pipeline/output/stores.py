@@ -20,7 +20,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
-from .errors import UserError
+from ..util.errors import UserError
 
 LOG = logging.getLogger(__name__)
 TIMEOUT_S = 10

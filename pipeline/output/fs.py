@@ -13,8 +13,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from . import faults, stores
-from .errors import UserError
+from ..util import faults
+from . import stores
+from ..util.errors import UserError
 
 stores.share_s3_clients()
 

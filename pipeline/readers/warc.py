@@ -22,7 +22,7 @@ from typing import BinaryIO, Iterator, Union
 
 from fastwarc.warc import ArchiveIterator, WarcRecord
 
-from .documents import Document, Drop, Note, Rejected
+from ..steps.base import Document, Drop, Note, Rejected
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python's text mode (CCNet's WET reader) splits lines at

@@ -7,6 +7,7 @@ Light on purpose (no Beam import), so the trainer can use it on machines without
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
@@ -56,8 +57,10 @@ def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
     unknown = sorted(set(data) - known)
     if unknown:
         key = f"{prefix}{unknown[0]}"
-        raise UserError(f"{source}: unknown config key {key!r} (known under {prefix.rstrip('.') or 'top level'}: "
-                        f"{', '.join(sorted(known))})")
+        match = difflib.get_close_matches(unknown[0], sorted(known), n=1, cutoff=0.5)
+        hint = f" (did you mean {prefix + match[0]!r}?)" if match else ""
+        raise UserError(f"{source}: unknown config key {key!r}{hint}; known under {prefix.rstrip('.') or 'top level'}: "
+                        f"{', '.join(sorted(known))}")
     values = {}
     for name, value in data.items():
         hint, where = hints[name], f"{source}: {prefix}{name}"
@@ -132,6 +135,8 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
     lines = []
     docs = _field_docs(cls)
     for field in dataclasses.fields(cls):
+        if field.metadata.get("internal"):  # not a config key (built from others)
+            continue
         hint = typing.get_type_hints(cls)[field.name]
         if dataclasses.is_dataclass(hint):
             lines.extend(describe(hint, f"{prefix}{field.name}.", choices_by_key))

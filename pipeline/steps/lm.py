@@ -1,7 +1,7 @@
 """Train CCNet-style language models: SentencePiece unigram + KenLM 5-gram over its pieces.
 
 For each language: the reference text is normalized line by line exactly as the scorer will
-normalize documents (:func:`pipeline.normalize.normalize`), a SentencePiece unigram model is
+normalize documents (:func:`pipeline.steps.normalize.normalize`), a SentencePiece unigram model is
 trained on it, the text is cut into pieces, ``lmplz -o 5`` estimates the ARPA model and
 ``build_binary`` writes it in KenLM's binary format. The output names follow CCNet
 (``<lang>.sp.model``, ``<lang>.arpa.bin``), so CCNet's published models drop in unchanged.
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from .errors import UserError
+from ..util.errors import UserError
 from .normalize import normalize
 
 CCNET_VOCAB = 65536

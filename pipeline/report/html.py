@@ -1,7 +1,7 @@
 """Reports a person reads: one Markdown file, one self-contained HTML file (plots embedded as data
 URIs, no network) and the PNG plots beside them, from a list of sections. The corpus report
-(``pipeline.report``) and the XNLI report (``xeval.report``) are written with it; paths may be local
-or in a bucket (``pipeline.fs``)."""
+(``pipeline.report.corpus_report``) and the XNLI report (``xeval.report``) are written with it; paths may be local
+or in a bucket (``pipeline.output.fs``)."""
 from __future__ import annotations
 
 import base64
@@ -11,7 +11,7 @@ import io
 import re
 from typing import Any
 
-from . import fs
+from ..output import fs
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0}"
          "td,th{border:1px solid #bbb;padding:2px 6px;text-align:left}td.n{text-align:right}"

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import fs
-from .documents import Document
+from .layout import FORMATS
+from ..steps.base import Document
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("url", pa.string()), ("date", pa.string()), ("digest", pa.string()),
@@ -41,8 +42,6 @@ CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or
 """``write.schema: ccnet``: CCNet's fields, with its meanings (``original_length`` is the record's
 Content-Length in bytes, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
 SCHEMAS = ("polyglot", "ccnet")
-FORMATS = {"arrow": ".arrow", "parquet": ".parquet", "json": ".json.gz"}
-"""``json``: CCNet's layout, ``<lang>_<bucket>_NNNN.json.gz`` files of one JSON document a line."""
 SORT_KEYS = [(name, "ascending") for name in ("id", "source", "url", "date", "digest", "text")]
 BATCH_ROWS = 1024
 
@@ -59,21 +58,6 @@ def shard_of_id(doc_id: str, n_shards: int) -> int:
     return stable_hash(doc_id) % n_shards
 
 
-def partition_dir(output: str, lang: str, bucket: str) -> str:
-    return fs.join(output, f"lang={lang}", f"bucket={bucket}")
-
-
-def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str:
-    if fmt == "json":
-        return fs.join(output, f"{lang}_{bucket}_{shard:04d}{FORMATS[fmt]}")
-    return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
-
-
-def shard_pattern(output: str, fmt: str) -> str:
-    """The glob of the shards a run wrote in format ``fmt``."""
-    return fs.join(output, "*_*_*.json.gz") if fmt == "json" else fs.join(output, "lang=*", "bucket=*", "part-*")
-
-
 def cc_segment(source: str) -> str:
     """CCNet's ``cc_segment`` of an input path: from ``crawl-data/`` on, or the path as it is."""
     at = source.find("crawl-data/")
@@ -88,9 +72,15 @@ def output_table(table: pa.Table, schema: str) -> pa.Table:
     return pa.Table.from_arrays(columns, names=[name for name, _ in CCNET_COLUMNS])
 
 
+DEFAULTS = {"bucket": "all"}
+"""Column values of documents that lack them: no perplexity step, or one without models, buckets nothing."""
+
+
 def docs_to_table(docs: list[Document]) -> pa.Table:
-    """Documents as a table with the corpus schema, in the given order (columns they lack are null)."""
-    return pa.Table.from_arrays([pa.array([d.get(f.name) for d in docs], type=f.type) for f in SCHEMA], schema=SCHEMA)
+    """Documents as a table with the corpus schema, in the given order (columns they lack are
+    :data:`DEFAULTS` or null)."""
+    return pa.Table.from_arrays([pa.array([d.get(f.name, DEFAULTS.get(f.name)) for d in docs], type=f.type)
+                                 for f in SCHEMA], schema=SCHEMA)
 
 
 def partition_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str], tuple[int, int, int]]]:
@@ -151,7 +141,7 @@ def read_shard(path: str) -> pa.Table:
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], path: str) -> None:
-    """Records (rejected, near-duplicates) as sorted JSON lines."""
+    """Records (rejected, removed) as sorted JSON lines."""
     lines = sorted(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
     body = "".join(line + "\n" for line in lines)
     fs.write_atomic(path, lambda stream: stream.write(body.encode("utf-8")))

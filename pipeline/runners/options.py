@@ -2,7 +2,7 @@
 
 The graph is the same on every engine (``beam_pipeline``); here only the runner is chosen:
 ``DirectRunner`` runs on Beam's FnApiRunner (never the Prism download; with stage inputs sent in
-pieces, ``local_runner``), ``DaskRunner`` on our
+pieces, ``forkserver``), ``DaskRunner`` on our
 Dask translation (``dask_runner``), anything else as Beam resolves it (PortableRunner, Flink,
 Spark, Dataflow, Prism).
 """
@@ -19,8 +19,9 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProv
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
-from . import fs, local_runner
-from .errors import UserError
+from ..output import fs
+from . import forkserver
+from ..util.errors import UserError
 
 DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
 LOCAL_NAMES = ("DirectRunner", "SwitchingDirectRunner")
@@ -91,7 +92,7 @@ def check_dask(options: PipelineOptions) -> None:
 def check_buckets(options: PipelineOptions) -> None:
     """The buckets of the temp, staging and template locations (Dataflow's; the DaskRunner's
     shuffle) exist and take writes (Beam finds out only when it stages, after minutes of retries)."""
-    from . import stores
+    from ..output import stores
 
     cloud = options.view_as(GoogleCloudOptions)
     for flag, path in (("--temp_location", cloud.temp_location), ("--staging_location", cloud.staging_location),
@@ -126,9 +127,9 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
     DirectRunner first tries Prism, which it downloads from GitHub: network access at run time,
     and on a machine with network a different engine than the one configured and tested here.
     ``--runner PrismRunner`` still asks for Prism. Every FnApiRunner of this process (ours, and the
-    one behind ``PortableRunner --job_endpoint embed``) sends stage inputs in pieces (``local_runner``).
+    one behind ``PortableRunner --job_endpoint embed``) sends stage inputs in pieces (``forkserver``).
     """
-    local_runner.install(options)
+    forkserver.install(options)
     all_options = options.get_all_options()
     if all_options["runner"] in DASK_NAMES:
         from .dask_runner import DaskRunner

@@ -1,4 +1,4 @@
-"""Exact paragraph dedup, CCNet style: a hash pass over the files, then a dedup pass.
+"""The ``dedup`` step: exact paragraph dedup, CCNet style: a hash pass over the files, then a dedup pass.
 
 As in CCNet, every file is read twice. The hash pass turns each file into a table of paragraph
 occurrences ``(hash, document ordinal, line)``; the hash space is cut into partitions, and the
@@ -14,18 +14,46 @@ Under both, a paragraph repeated inside one document only keeps its first copy (
 ``finalize_doc`` does). With ``groups`` > 1 the input files are cut into that many runs of
 consecutive files, each deduplicated on its own (CCNet's ``hash_in_mem`` groups of shards).
 Documents left shorter than ``min_length`` characters are dropped.
+
+The Beam side (the two passes) is ``pipeline.transforms.dedup``; this module is Beam-free.
 """
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from .documents import Document, Drop, StepResult
+from .base import Document, Drop, Step, StepResult
 from .normalize import paragraph_hashes
 
 POLICIES = ("drop_all", "keep_first")
+
+
+@dataclasses.dataclass
+class DedupConfig:
+    policy: str = "drop_all"
+    """drop_all (CCNet: every copy of a paragraph found in two or more documents goes) or keep_first (the first copy in input order stays). Either way a paragraph repeated inside one document keeps its first copy only."""
+    min_length: int = 300
+    """Documents with fewer characters left after dedup are dropped."""
+    groups: int = 1
+    """Dedup within this many groups of consecutive input files (path order), each on its own; 1: globally. CCNet: 32 (1600 shards, 50 a group)."""
+    partitions: int = 0
+    """Hash partitions grouped separately (memory per group ~ 1/partitions of all paragraphs). 0: auto, min(4096, max(8, input files))."""
+
+    choices = {"policy": POLICIES}
+    ranges = {"min_length": (0, None), "partitions": (0, 1 << 20), "groups": (1, 1 << 20)}
+
+
+class ParagraphDedup(Step):
+    """Global step on the input files: removes paragraphs seen in other documents (two passes)."""
+
+    name = "dedup"
+    Config = DedupConfig
+    counters = ("documents_in", "documents_out", "paragraphs_removed", "all_paragraphs_duplicated", "too_short")
+    transform = "pipeline.transforms.dedup:ReadAndDedup"
+    reads_files = True
 
 
 class Occurrences(NamedTuple):

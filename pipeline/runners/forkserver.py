@@ -25,7 +25,7 @@ Three overrides, installed by :func:`install`:
   commands (``--environment_type PROCESS``) still start as processes.
 
 The elements, their order and their assignment to workers are unchanged: only the message
-boundaries move, so outputs stay byte-identical (tested in ``tests/test_local_runner.py``).
+boundaries move, so outputs stay byte-identical (tested in ``tests/test_forkserver.py``).
 
 What is still left of a worker's growth is memory glibc keeps after it was freed (its adaptive
 mmap threshold rises to the largest block freed, and later large blocks come from the heap);
@@ -52,7 +52,7 @@ from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
-from .errors import UserError
+from ..util.errors import UserError
 
 PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one element) per message
 
@@ -97,7 +97,7 @@ def _send_in_pieces(self: fn_runner.BundleManager, process_bundle_id: str, read_
 
 
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
-WORKER_MODULES = ["apache_beam.runners.worker.sdk_worker_main", "pipeline.beam_pipeline"]  # the fork server's imports
+WORKER_MODULES = ["apache_beam.runners.worker.sdk_worker_main", "pipeline.graph"]  # the fork server's imports
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server

@@ -1,4 +1,6 @@
-"""Document-level near-duplicate removal: MinHash, LSH banding and connected components in Beam.
+"""Near-duplicate maths, Beam-free: shingles, MinHash signatures, LSH band keys, candidate edges and
+the star steps of connected components. The ``near_dedup`` step declares the stage
+(``pipeline.steps.near_dedup``); ``pipeline.transforms.near_dedup`` runs it in Beam.
 
 The stage, as datatrove / text-dedup do it but without an in-memory index on one worker:
 
@@ -28,36 +30,24 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    each component is a star around its smallest id, the kept document; the others are removed
    with ``duplicate_of`` set to it. A chain A~B~C is one cluster even if A and C are not alike.
 5. **Join** by document id: kept documents get ``minhash_cluster_size`` (1 for singletons);
-   removed ones are counted (``Metrics.counter("neardup", "near_duplicate")``) and, with
-   ``write_removed``, emitted to the ``removed`` output.
+   removed ones are counted (``near_duplicate``) and, with ``write.removed``, written to
+   ``removed/near_dedup/`` with ``duplicate_of``.
 
 Document ids (WARC-Record-ID) are the graph's nodes; they are unique in a crawl (documents
 sharing one are kept or removed together). The result depends only on the documents and the config, not on bundling or workers.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 import unicodedata
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Protocol, Sequence
 
-import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
-
-from .counting import MAIN, Counted, CountingDoFn
-from .documents import Document
-from .errors import UserError
 
 SHINGLES = ("auto", "word", "char")
 SCOPES = ("language", "global")
-POSITIONS = ("after_lid", "after_perplexity", "before_lid")
 CHAR_SHINGLE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"})
 """Languages (fastText lid.176 labels) written without spaces between words."""
-REMOVED = "removed"
 EMPTY = np.uint32(0xFFFFFFFF)
 """Every position of the signature of a document without shingles (datasketch's empty MinHash)."""
 
@@ -70,76 +60,6 @@ _U64 = np.uint64
 _MASK64 = (1 << 64) - 1
 _CHUNK_SHINGLES = 8192  # shingles permuted at once: (num_perm x chunk) uint32 stays in cache
 _BATCH_CHARS = 1 << 20  # characters hashed at once: the power tables (2 x 2**21 x 8 bytes) fit
-
-
-@dataclasses.dataclass
-class NearDupConfig:
-    enabled: bool = True
-    """Run MinHash near-duplicate removal."""
-    shingle: str = "auto"
-    """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
-    word_ngram: int = 5
-    """Words per word shingle."""
-    char_ngram: int = 5
-    """Characters per character shingle."""
-    num_perm: int = 128
-    """MinHash permutations (signature length)."""
-    threshold: float = 0.8
-    """Jaccard similarity from which two documents are near-duplicates."""
-    bands: int | None = None
-    """LSH bands; with rows unset too, derived from threshold and num_perm (datasketch's optimizer, equal weights)."""
-    rows: int | None = None
-    """Signature positions per LSH band (bands x rows <= num_perm)."""
-    verify: bool = True
-    """Keep a candidate pair only if its estimated Jaccard (from the signatures) reaches threshold."""
-    seed: int = 1
-    """Seed of the MinHash permutations (datasketch's)."""
-    scope: str = "language"
-    """language (documents are compared within their lang only) or global."""
-    max_iterations: int = 20
-    """Large-star/small-star rounds of the connected components (counter neardup/cc_not_converged > 0 if too few)."""
-    write_removed: bool = False
-    """Write removed documents (id, duplicate_of, url, lang, source, length) to <output>/near_duplicates/."""
-    position: str = "after_lid"
-    """Where the stage runs: after_lid (default), after_perplexity, or before_lid (needs scope: global)."""
-
-    def validate(self) -> None:
-        """Raise :class:`UserError` naming the first bad value."""
-        def fail(message: str) -> None:
-            raise UserError(f"near_dedup: {message}")
-
-        if self.shingle not in SHINGLES:
-            fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
-        if self.scope not in SCOPES:
-            fail(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
-        if self.position not in POSITIONS:
-            fail(f"position must be one of {', '.join(POSITIONS)}, got {self.position!r}")
-        if self.position == "before_lid" and self.scope == "language":
-            fail("position before_lid needs scope: global (documents have no language yet)")
-        for name in ("word_ngram", "char_ngram", "num_perm", "max_iterations"):
-            if getattr(self, name) < 1:
-                fail(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.threshold <= 1.0:
-            fail(f"threshold must be in (0, 1], got {self.threshold}")
-        if not 0 <= self.seed < 2**32:
-            fail(f"seed must be in [0, 2**32), got {self.seed}")
-        if (self.bands is None) != (self.rows is None):
-            fail("set both bands and rows, or neither (derived from threshold and num_perm)")
-        if self.bands is not None and self.rows is not None:
-            if self.bands < 1 or self.rows < 1:
-                fail(f"bands and rows must be >= 1, got {self.bands} x {self.rows}")
-            if self.bands * self.rows > self.num_perm:
-                fail(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
-
-    def band_rows(self) -> tuple[int, int]:
-        """``(bands, rows)``: as configured, or minimizing false positives + false negatives."""
-        if self.bands is not None and self.rows is not None:
-            return self.bands, self.rows
-        return optimal_bands(self.threshold, self.num_perm)
-
-    def min_matches(self) -> int:
-        """Matching signature positions an estimated Jaccard >= threshold needs."""
-        return math.ceil(self.threshold * self.num_perm - 1e-9)
 
 
 @functools.cache
@@ -293,7 +213,16 @@ def minhash(hashes: np.ndarray, docs: np.ndarray, n_docs: int, num_perm: int, se
     return out
 
 
-def signatures(texts: Sequence[str], cfg: NearDupConfig, kind: str = "word") -> np.ndarray:
+class SignatureParams(Protocol):
+    """What :func:`signatures` reads of a near-dup config."""
+
+    word_ngram: int
+    char_ngram: int
+    num_perm: int
+    seed: int
+
+
+def signatures(texts: Sequence[str], cfg: SignatureParams, kind: str = "word") -> np.ndarray:
     """MinHash signatures (``len(texts) x num_perm`` uint32) of texts shingled as ``kind``.
 
     The backend interface: another implementation (e.g. a native library) must return the same
@@ -393,216 +322,3 @@ def resolve(node: str, neighbors: Iterable[str]) -> tuple[str | None, int, bool]
     if not smaller:
         return None, 1 + len(linked), True
     return smaller[0], 0, len(smaller) == 1 and len(linked) == 1
-
-
-class _Star(beam.DoFn):
-    """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets a 1 per bundle that changed."""
-
-    def __init__(self, small: bool) -> None:
-        super().__init__()
-        self.step = small_star if small else large_star
-        self.changed = False
-
-    def start_bundle(self) -> None:
-        self.changed = False
-
-    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, str]]:
-        edges, changed = self.step(*item)
-        self.changed |= changed
-        yield from edges
-
-    def finish_bundle(self) -> Iterator[Any]:
-        if self.changed:
-            yield beam.pvalue.TaggedOutput("changed", WindowedValue(1, MIN_TIMESTAMP, (GlobalWindow(),)))
-
-
-class _Route(beam.DoFn):
-    """Edges stay ``active`` while the round changed the graph, else they are ``done`` (converged)."""
-
-    def process(self, edge: tuple[str, str], changed: Iterable[int]) -> Iterator[Any]:
-        yield edge if any(changed) else beam.pvalue.TaggedOutput("done", edge)
-
-
-class _Resolve(CountingDoFn):
-    """(node, neighbors) -> main ``(node, kept id)``, or ``(node, cluster size)`` to ``size`` if kept."""
-
-    def __init__(self) -> None:
-        super().__init__("neardup")
-
-    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, tuple[str, Any]]]:
-        node, neighbors = item
-        kept, size, converged = resolve(node, neighbors)
-        if not converged:
-            self.count("cc_not_converged")
-        if kept is None:
-            self.count("clusters")
-            yield beam.pvalue.TaggedOutput("size", (node, size))
-        else:
-            yield node, kept
-
-
-def _both_ways(edge: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
-    return edge, (edge[1], edge[0])
-
-
-def _by_larger(edge: tuple[str, str]) -> tuple[str, str]:
-    return (edge[1], edge[0]) if edge[0] < edge[1] else edge
-
-
-class ConnectedComponents(beam.PTransform):
-    """Edges ``(a, b)`` -> ``main``: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
-
-    The kept id of a component is its smallest id. Each round is a large-star and a small-star
-    step; once a round changes nothing (a side input tells), the edges leave the loop and later
-    rounds run empty, so the work follows the rounds needed, not ``max_iterations``. Nodes still
-    unresolved after the last round are counted as ``cc_not_converged`` (they keep a smaller
-    neighbor as parent: removals stay correct, a component may keep more than one document).
-    """
-
-    def __init__(self, max_iterations: int) -> None:
-        super().__init__()
-        self.max_iterations = max_iterations
-
-    def expand(self, edges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        done = []
-        for i in range(self.max_iterations):
-            large = (
-                edges
-                | f"LargeStar{i}/Key" >> beam.FlatMap(_both_ways)
-                | f"LargeStar{i}/Group" >> beam.GroupByKey()
-                | f"LargeStar{i}/Link" >> beam.ParDo(_Star(small=False)).with_outputs("changed", main="edges")
-            )
-            small = (
-                large.edges
-                | f"SmallStar{i}/Key" >> beam.Map(_by_larger)
-                | f"SmallStar{i}/Group" >> beam.GroupByKey()
-                | f"SmallStar{i}/Link" >> beam.ParDo(_Star(small=True)).with_outputs("changed", main="edges")
-            )
-            changed = (large.changed, small.changed) | f"Round{i}/Changed" >> beam.Flatten()
-            routed = small.edges | f"Round{i}/Route" >> beam.ParDo(
-                _Route(), beam.pvalue.AsList(changed)).with_outputs("done", main="active")
-            done.append(routed.done)
-            edges = routed.active
-        return (
-            (*done, edges)
-            | "Resolve/Flatten" >> beam.Flatten()
-            | "Resolve/Key" >> beam.FlatMap(_both_ways)
-            | "Resolve/Group" >> beam.GroupByKey()
-            | "Resolve/Roots" >> Counted(_Resolve(), outputs=("size",))
-        )
-
-
-# --------------------------------------------------------------------------- Beam stage
-
-class BandKeys(CountingDoFn):
-    """A batch of documents -> ``((scope, band, band hash), (id, signature bytes))`` per band."""
-
-    def __init__(self, cfg: NearDupConfig) -> None:
-        super().__init__("neardup")
-        self.cfg = cfg
-        self.bands, self.rows = cfg.band_rows()
-
-    def setup(self) -> None:
-        _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
-
-    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int, int], tuple[str, bytes]]]:
-        cfg = self.cfg
-        groups: dict[str, list[int]] = {}
-        for i, doc in enumerate(batch):
-            groups.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
-        for kind, index in sorted(groups.items()):
-            sigs = signatures([batch[i]["text"] for i in index], cfg, kind)
-            keys = band_keys(sigs, self.bands, self.rows).tolist()
-            empty = is_empty(sigs)
-            for row, i in enumerate(index):
-                if empty[row]:
-                    self.count("no_shingles")
-                    continue
-                doc = batch[i]
-                scope = (doc.get("lang") or "") if cfg.scope == "language" else ""
-                value = (doc["id"], sigs[row].tobytes() if cfg.verify else b"")  # unverified: ids suffice
-                for band, key in enumerate(keys[row]):
-                    yield (scope, band, key), value
-        self.count("signatures", len(batch))
-
-
-class CandidateEdges(CountingDoFn):
-    """An LSH bucket -> its edges (:func:`bucket_edges`)."""
-
-    def __init__(self, min_matches: int | None) -> None:
-        super().__init__("neardup")
-        self.min_matches = min_matches
-
-    def process(self, item: tuple[Any, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
-        members = list(item[1])
-        if len(members) < 2:
-            return
-        edges = bucket_edges(members, self.min_matches)
-        self.count("candidate_buckets")
-        self.count("edges", len(edges))
-        yield from edges
-
-
-CLUSTER_SIZES = "neardup_cluster_sizes"
-"""stats.json counters step: near-duplicate clusters (2+ documents) by size."""
-
-
-class ApplyNearDup(CountingDoFn):
-    """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
-
-    def __init__(self, write_removed: bool) -> None:
-        super().__init__("neardup")
-        self.write_removed = write_removed
-
-    def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
-        _, grouped = item
-        parents, sizes = list(grouped["parent"]), list(grouped["size"])
-        for doc in grouped["doc"]:
-            self.count("documents_in")
-            if parents:
-                self.count("near_duplicate")
-                if doc.get("lang"):
-                    self.count(f"near_duplicate/{doc['lang']}")
-                if self.write_removed:
-                    yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, min(parents)))
-                continue
-            self.count("documents_out")
-            if sizes and sizes[0] > 1:  # one count per cluster: its kept document
-                self.count(str(sizes[0]), step=CLUSTER_SIZES)
-            yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
-
-
-def _by_id(doc: Document) -> tuple[str, Document]:
-    return doc["id"], doc
-
-
-def removed_record(doc: Document, duplicate_of: str) -> dict[str, Any]:
-    """What the ``removed`` output holds for a removed document."""
-    return {"id": doc["id"], "duplicate_of": duplicate_of, "url": doc.get("url"), "lang": doc.get("lang"),
-            "source": doc.get("source"), "length": len(doc["text"])}
-
-
-class NearDedup(beam.PTransform):
-    """Documents -> tagged outputs ``main`` (kept, with ``minhash_cluster_size``) and ``removed``."""
-
-    def __init__(self, cfg: NearDupConfig) -> None:
-        super().__init__()
-        cfg.validate()
-        self.cfg = cfg
-
-    def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        cfg = self.cfg
-        edges = (
-            docs
-            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
-            | "BandKeys" >> Counted(BandKeys(cfg))
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
-        )
-        clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
-        keyed = docs | "KeyById" >> beam.Map(_by_id)
-        return (
-            {"doc": keyed, "parent": clusters[MAIN], "size": clusters["size"]}
-            | "JoinById" >> beam.CoGroupByKey()
-            | "Apply" >> Counted(ApplyNearDup(cfg.write_removed), outputs=(REMOVED,))
-        )

@@ -1,0 +1,77 @@
+"""The Beam graph, built from the profile's ordered ``steps:`` list.
+
+read (with exact dedup when ``dedup`` is the first step) -> each step in order -> Arrow tables ->
+sharded corpus + stats.json + sampling.json; ``rejected/`` and, with ``write.removed``,
+``removed/<step>/`` beside it. A per-document step runs in :class:`ApplyStep`; a global step
+(``Step.transform``) is its own composite. Counts travel as data into stats.json
+(``transforms.counting``). The graph needs only what every runner has: ParDo, GroupByKey,
+Flatten, side inputs, and combines whose inputs are small.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import apache_beam as beam
+
+from .config import CorpusConfig
+from .output.layout import REJECTED, removed_folder
+from .report.stats import write_artifacts
+from .steps.base import Rejected, RunInfo, Step
+from .steps.perplexity import PerplexityScorer
+from .transforms.apply import REMOVED, ApplyStep
+from .transforms.counting import MAIN, Counted, total_counts
+from .transforms.dedup import ReadAndDedup
+from .transforms.write import AsTables, WriteCorpus, WriteRecords
+
+
+def run_info(cfg: CorpusConfig, n_files: int) -> RunInfo:
+    return RunInfo(n_files, cfg.write.removed, cfg.progress)
+
+
+def build_steps(cfg: CorpusConfig, n_files: int) -> list[Step]:
+    """The active steps of the config, in order (not yet prepared: see ``Step.prepare``)."""
+    run = run_info(cfg, n_files)
+    return [cls(cfg.section(cls.name), run) for cls in cfg.step_classes() if cls.active(cfg.section(cls.name))]
+
+
+def composite(step: Step, *args: Any) -> beam.PTransform:
+    """The Beam composite of a global step (``Step.transform``, ``"module:Class"``)."""
+    assert step.transform is not None
+    module, _, name = step.transform.partition(":")
+    return getattr(importlib.import_module(module), name)(step, *args)
+
+
+def bucket_cutoffs(steps: list[Step]) -> dict[str, dict[str, float]]:
+    """Per language, the head and tail perplexities the perplexity step's buckets use (for stats.json)."""
+    for step in steps:
+        if isinstance(step, PerplexityScorer) and step.cutoffs:
+            head, tail = step.cfg.head, step.cfg.tail
+            return {lang: {"head": values[head], "tail": values[tail]} for lang, values in step.cutoffs.items()}
+    return {}
+
+
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps: list[Step]) -> None:
+    """Add the whole corpus graph for ``files`` to pipeline ``p``, running ``steps`` (from
+    :func:`build_steps`, prepared) in order."""
+    run = run_info(cfg, len(files))
+    indexed = p | "Files" >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
+    first = steps[0] if steps and steps[0].reads_files else None
+    read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))
+    docs, removed = read[MAIN], {first.name: read[REMOVED]} if first else {}
+    for step in steps[1:] if first else steps:
+        label = "".join(part.title() for part in step.name.split("_"))
+        if step.transform:
+            result = docs | label >> composite(step)
+        else:
+            result = docs | label >> Counted(ApplyStep(step), outputs=(REMOVED,))
+        docs, removed[step.name] = result[MAIN], result[REMOVED]
+    if cfg.write.removed:
+        for name, records in removed.items():
+            _ = records | f"WriteRemoved/{name}" >> WriteRecords(cfg.output, removed_folder(name))
+    written = docs | "AsTables" >> AsTables() | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write)
+    _ = (read[REJECTED] | "RejectedAsDicts" >> beam.Map(Rejected.to_dict)
+         | "WriteRejected" >> WriteRecords(cfg.output, REJECTED))
+    counters = total_counts(p)  # last: every counting step is in the graph by now
+    _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files),
+                                                    bucket_cutoffs(steps))

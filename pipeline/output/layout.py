@@ -1,0 +1,72 @@
+"""The corpus folder's layout: every name a run writes, in one place.
+
+```
+<out>/lang=<l>/bucket=<b>/part-NNNNN.arrow   shards (.parquet; or <l>_<b>_NNNN.json.gz in CCNet's layout)
+<out>/rejected/part-NNNNN.jsonl             records that could not become documents, with the reason
+<out>/removed/<step>/part-NNNNN.jsonl       what each step removed, with the reason (write.removed)
+<out>/stats.json  <out>/sampling.json        counters and per-language totals; alpha-sampling weights
+<out>/run.json                               what differs between runs (runner, elapsed time)
+<out>/report/                                the corpus report (HTML, Markdown, PNG)
+<out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
+```
+"""
+from __future__ import annotations
+
+from . import fs
+
+FORMATS = {"arrow": ".arrow", "parquet": ".parquet", "json": ".json.gz"}
+"""Shard file suffixes. ``json``: CCNet's layout, ``<lang>_<bucket>_NNNN.json.gz`` files of one JSON document a line."""
+REJECTED = "rejected"
+REMOVED = "removed"
+REPORT = "report"
+ARTIFACTS = ("stats.json", "sampling.json")
+RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
+STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
+COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see run.commit)
+RECORD_SHARDS = 16  # part files of rejected/ and of each removed/<step>/
+NOT_SHARDS = [".", "_", REJECTED, REMOVED, REPORT, *ARTIFACTS, RUN_FILE]
+"""Name prefixes of a corpus folder's entries that are not shards: ``ignore_prefixes`` for
+``pyarrow.dataset.dataset(folder, format="ipc", partitioning="hive", ignore_prefixes=NOT_SHARDS)``."""
+PARTITION_FOLDERS = ("lang=*/bucket=*", "lang=*")
+RECORD_FOLDERS = (REJECTED, f"{REMOVED}/*", REMOVED)  # deepest first
+
+
+def partition_dir(output: str, lang: str, bucket: str) -> str:
+    return fs.join(output, f"lang={lang}", f"bucket={bucket}")
+
+
+def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str:
+    if fmt == "json":
+        return fs.join(output, f"{lang}_{bucket}_{shard:04d}{FORMATS[fmt]}")
+    return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
+
+
+def shard_pattern(output: str, fmt: str) -> str:
+    """The glob of the shards a run wrote in format ``fmt``."""
+    return fs.join(output, "*_*_*.json.gz") if fmt == "json" else fs.join(output, "lang=*", "bucket=*", "part-*")
+
+
+def shard_files(output: str) -> list[str]:
+    """The Arrow or Parquet shards of a corpus folder (``lang=*/bucket=*/part-*``), sorted."""
+    return sorted(fs.match_optional(shard_pattern(output, "arrow")))
+
+
+def records_path(output: str, folder: str, part: int) -> str:
+    """Part ``part`` of a record folder (``rejected`` or ``removed/<step>``)."""
+    return fs.join(output, folder, f"part-{part:05d}.jsonl")
+
+
+def removed_folder(step: str) -> str:
+    """Where step ``step`` writes what it removed, relative to the corpus folder."""
+    return f"{REMOVED}/{step}"
+
+
+def record_files(output: str) -> list[str]:
+    """Every record part file of a corpus folder (rejected/ and removed/<step>/)."""
+    return (fs.match_optional(fs.join(output, REJECTED, "part-*"))
+            + fs.match_optional(fs.join(output, REMOVED, "*", "part-*")))
+
+
+def record_folders(output: str) -> list[str]:
+    """The record folders of a corpus folder (globs)."""
+    return [fs.join(output, folder) for folder in RECORD_FOLDERS]

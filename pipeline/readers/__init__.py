@@ -1,0 +1,1 @@
+"""Input: WET/WARC files to documents (``warc``), one file at a time (``files``)."""

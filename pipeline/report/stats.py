@@ -1,0 +1,137 @@
+"""stats.json and sampling.json from the run's sums: per-language totals, perplexity histograms and
+deciles, the alpha-sampling weights, the counters of every step, the config and versions."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Iterable
+
+import pyarrow as pa
+
+from ..output import fs
+from ..output.shards import partition_sums, write_json
+from .sampling import sampling_report
+
+if TYPE_CHECKING:
+    from ..config import CorpusConfig
+
+Counts = dict[str, dict[str, int]]
+"""``{step: {name: n}}``, both levels sorted: what stats.json's ``counters`` holds."""
+DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
+Totals = dict[tuple[str, str], tuple[int, int, int]]
+Bins = Counter[tuple[str, int]]
+
+
+def perplexity_bins(table: pa.Table) -> Bins:
+    """``{(lang, bin): documents}`` of the scored documents of a table."""
+    langs, perplexities = table.column("lang").to_pylist(), table.column("perplexity").to_pylist()
+    return Counter((lang, int(math.floor(math.log(max(pp, 1e-3), DECILE_BIN))))
+                   for lang, pp in zip(langs, perplexities) if pp is not None)
+
+
+def table_stats(table: pa.Table) -> tuple[Totals, Bins]:
+    """One table's ``(totals, bins)``: per ``(lang, bucket)`` the (documents, characters, UTF-8
+    bytes) of its rows, and the perplexity histogram."""
+    return dict(partition_sums(table)), perplexity_bins(table)
+
+
+def perplexity_deciles(bins: Bins) -> dict[str, list[float]]:
+    """Per language, the deciles of its histogram (languages without scores are left out)."""
+    by_lang: dict[str, list[tuple[int, int]]] = {}
+    for (lang, b), count in bins.items():
+        by_lang.setdefault(lang, []).append((b, count))
+    return {lang: deciles(lang_bins) for lang, lang_bins in sorted(by_lang.items())}
+
+
+def deciles(bins: Iterable[tuple[int, int]]) -> list[float]:
+    """Deciles (0, 10, ..., 100th percentile) of one language's perplexity histogram."""
+    ordered = sorted(bins)
+    total = sum(count for _, count in ordered)
+    result, seen, it = [], 0, iter(ordered)
+    b, count = next(it)
+    for decile in range(11):
+        target = decile * (total - 1) / 10
+        while seen + count <= target:
+            seen += count
+            b, count = next(it)
+        result.append(round(DECILE_BIN ** (b + 0.5), 1))
+    return result
+
+
+def sum_columns(values: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Column sums of ``(documents, characters, bytes)`` rows."""
+    documents = characters = size = 0
+    for d, c, b in values:
+        documents, characters, size = documents + d, characters + c, size + b
+    return documents, characters, size
+
+
+def corpus_summary(totals: Totals, quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Per language: documents, characters, the same per bucket, and perplexity deciles."""
+    summary: dict[str, dict[str, Any]] = {}
+    for (lang, bucket), (documents, characters, _) in sorted(totals.items()):
+        entry = summary.setdefault(lang, {"documents": 0, "characters": 0, "buckets": {}})
+        entry["documents"] += documents
+        entry["characters"] += characters
+        entry["buckets"][bucket] = {"documents": documents, "characters": characters}
+    for lang, values in quantiles.items():
+        summary[lang]["perplexity_deciles"] = values
+    return summary
+
+
+def perplexity_report(bins: Bins, bucket_cutoffs: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per scored language: its perplexity histogram (``[bin, documents]``, bin b holding
+    perplexities in [1.01^b, 1.01^(b+1))) and the head/tail cutoffs its buckets used."""
+    report: dict[str, Any] = {}
+    for (lang, b), count in sorted(bins.items()):
+        report.setdefault(lang, {"histogram": []})["histogram"].append([b, count])
+    for lang, entry in report.items():
+        if lang in bucket_cutoffs:
+            entry["cutoffs"] = bucket_cutoffs[lang]
+    return {"bin_base": DECILE_BIN, "languages": report} if report else {}
+
+
+def versions() -> dict[str, str]:
+    """Python's and the installed versions of what shapes the corpus, as the worker writing stats.json has them."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("polyglot-corpus", "apache-beam", "pyarrow", "fastwarc", "resiliparse", "warcio", "fasttext-numpy2",
+                 "kenlm", "sentencepiece", "datasketch", "numpy"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusConfig, n_files: int,
+                    bucket_cutoffs: dict[str, dict[str, float]]) -> None:
+    """``sampling.json`` (weights over the configured buckets, and the corpus summary) and
+    ``stats.json`` (counters of every step, per-language totals, perplexity histograms and cutoffs,
+    the config). ``bucket_cutoffs``: per language, the head and tail perplexities its buckets used.
+    Both depend only on the input and config: what differs per run (runner, time)
+    goes to run.json."""
+    totals, bins = corpus
+    summary = corpus_summary(totals, perplexity_deciles(bins))
+    counted: dict[str, dict[str, int]] = {}
+    for (lang, bucket), (documents, characters, _) in totals.items():
+        if not cfg.sampling.buckets or bucket in cfg.sampling.buckets:
+            entry = counted.setdefault(lang, {"documents": 0, "characters": 0})
+            entry["documents"] += documents
+            entry["characters"] += characters
+    report = sampling_report(counted, cfg.sampling.alpha, cfg.sampling.unit)
+    report["buckets"] = cfg.sampling.buckets or "all"
+    report["corpus"] = summary
+    write_json(report, fs.join(cfg.output, "sampling.json"))
+    write_json({
+        "input_files": n_files,
+        "counters": counters,
+        "languages": summary,
+        "perplexity": perplexity_report(bins, bucket_cutoffs),
+        "config": cfg.to_dict(),
+        "versions": versions(),
+    }, fs.join(cfg.output, "stats.json"))
+
+

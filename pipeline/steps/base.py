@@ -1,0 +1,134 @@
+"""The step contract, and the types every step shares.
+
+A **step** is a subclass of :class:`Step` in a module of ``pipeline/steps/`` (found there by
+name, see ``pipeline.steps.registry``) or in any importable module named by its dotted path in a
+profile's ``steps:`` list. It declares:
+
+- ``name``: its name in ``steps:``, its config section and its counters' group in stats.json;
+- ``Config``: the dataclass of its config section (field docstrings are ``pipeline run --help``);
+- ``counters``: every counter it can emit, drop reasons included (``reason/<lang>`` breakdowns of
+  a declared name are allowed);
+- ``provides`` / ``requires(cfg)``: the document fields it sets / needs from an earlier step
+  (``lang`` from ``lid``): the config loader refuses an order that breaks them.
+
+Its life: ``__init__(cfg, run)`` keeps the config (cheap, no I/O); ``prepare()`` runs once on the
+driver before any work (check model files, read a cutoff table: a mistake is one
+:class:`UserError` line); the object is then pickled to every worker, where ``setup()`` loads
+models once; ``__call__(doc)`` returns the document
+(possibly changed) or a :class:`Drop` with its reason. The runner counts drops (``reason`` and
+``reason/<lang>``) and kept documents (``documents_out``) and, with ``write.removed``, writes each
+dropped document with its reason to ``removed/<step>/``.
+
+A **global step** (exact dedup, near-dup) needs every document at once: it sets ``transform`` to
+``"module:Class"`` of its Beam composite instead of implementing ``__call__``; the composite is
+built as ``Class(step)`` and returns its kept documents under ``main`` and removed records under
+``removed``. ``reads_files`` marks the one step that works on the input files themselves (exact
+paragraph dedup, CCNet's two passes); it must come first.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, ClassVar, Union
+
+Document = dict[str, Any]
+"""One corpus row (DESIGN.md: id, url, date, digest, source, text, lang, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Drop:
+    """A step's verdict that a document leaves the corpus, and why (a declared counter name)."""
+
+    reason: str
+    lang: str | None = dataclasses.field(default=None, compare=False)
+    """The language its ``reason/<lang>`` count goes to, when not the document's (LID's best guess)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """Something that happened to a record that is kept (counted under its reason), e.g. an HTTP
+    body whose chunked encoding is broken, extracted as it is."""
+
+    reason: str
+
+
+StepResult = Union[Document, Drop]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """A record that could not become a document: routed to ``<out>/rejected/``."""
+
+    source: str
+    offset: int
+    reason: str
+    detail: str
+    record_id: str = ""
+    raw: str = ""
+    """The start of the record (headers), decoded with replacement, for a human to inspect."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What a step may know of the run it is part of (set by the driver)."""
+
+    n_files: int = 0
+    """Input files, in path order."""
+    write_removed: bool = False
+    """``write.removed``: dropped documents go to ``removed/<step>/``."""
+    progress: bool = False
+    """Print a line per input file as it is read."""
+
+
+class Step:
+    """Base of every pipeline step (see the module docstring for the contract)."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    counters: ClassVar[tuple[str, ...]] = ()
+    provides: ClassVar[tuple[str, ...]] = ()
+    """Document fields it sets (a later step's ``requires`` names them)."""
+    transform: ClassVar[str | None] = None
+    reads_files: ClassVar[bool] = False
+
+    def __init__(self, cfg: Any, run: RunInfo) -> None:
+        self.cfg, self.run = cfg, run
+        self._counts: Counter[str] = Counter()
+
+    @classmethod
+    def active(cls, cfg: Any) -> bool:
+        """Whether the step does anything with this config (a perplexity step without models does not)."""
+        return True
+
+    @classmethod
+    def requires(cls, cfg: Any) -> tuple[str, ...]:
+        """Document fields an earlier step must set (``lang``: after ``lid``)."""
+        return ()
+
+    def store_paths(self) -> dict[str, str]:
+        """``{config key: path}`` of the files it reads, checked on their store before any work."""
+        return {}
+
+    def prepare(self) -> None:
+        """Driver side, once, before any work: check model files, read small tables (a mistake is
+        one :class:`UserError` line). What it sets travels to the workers with the step."""
+
+    def setup(self) -> None:
+        """Load models: once per worker process, before the first document."""
+
+    def __call__(self, doc: Document) -> StepResult:
+        raise NotImplementedError(f"step {self.name} is global: its transform {self.transform} runs it")
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` (declared in ``counters``, or ``<declared>/<detail>``)."""
+        if name.split("/", 1)[0] not in self.counters:
+            raise ValueError(f"step {self.name} counts {name!r}, which it does not declare in `counters`")
+        self._counts[name] += n
+
+    def take_counts(self) -> Counter[str]:
+        """The counts since the last call (the runner sends them to stats.json)."""
+        counts, self._counts = self._counts, Counter()
+        return counts

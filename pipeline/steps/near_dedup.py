@@ -1,0 +1,93 @@
+"""The ``near_dedup`` step: MinHash near-duplicate removal (the maths in ``minhash``, the Beam
+stage in ``pipeline.transforms.near_dedup``).
+
+Where it stands in ``steps:`` is where it runs: after ``lid`` (the default) it compares documents
+within their language (``scope: language``); before ``lid`` it needs ``scope: global``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from ..util.errors import UserError
+from .base import Step
+from .minhash import SCOPES, SHINGLES, optimal_bands
+
+
+@dataclasses.dataclass
+class NearDupConfig:
+    shingle: str = "auto"
+    """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
+    word_ngram: int = 5
+    """Words per word shingle."""
+    char_ngram: int = 5
+    """Characters per character shingle."""
+    num_perm: int = 128
+    """MinHash permutations (signature length)."""
+    threshold: float = 0.8
+    """Jaccard similarity from which two documents are near-duplicates."""
+    bands: int | None = None
+    """LSH bands; with rows unset too, derived from threshold and num_perm (datasketch's optimizer, equal weights)."""
+    rows: int | None = None
+    """Signature positions per LSH band (bands x rows <= num_perm)."""
+    verify: bool = True
+    """Keep a candidate pair only if its estimated Jaccard (from the signatures) reaches threshold."""
+    seed: int = 1
+    """Seed of the MinHash permutations (datasketch's)."""
+    scope: str = "language"
+    """language (documents are compared within their lang only) or global."""
+    max_iterations: int = 20
+    """Large-star/small-star rounds of the connected components (counter near_dedup/cc_not_converged > 0 if too few)."""
+
+    def validate(self) -> None:
+        """Raise :class:`UserError` naming the first bad value."""
+        def fail(message: str) -> None:
+            raise UserError(message)
+
+        if self.shingle not in SHINGLES:
+            fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
+        if self.scope not in SCOPES:
+            fail(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
+        for name in ("word_ngram", "char_ngram", "num_perm", "max_iterations"):
+            if getattr(self, name) < 1:
+                fail(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.threshold <= 1.0:
+            fail(f"threshold must be in (0, 1], got {self.threshold}")
+        if not 0 <= self.seed < 2**32:
+            fail(f"seed must be in [0, 2**32), got {self.seed}")
+        if (self.bands is None) != (self.rows is None):
+            fail("set both bands and rows, or neither (derived from threshold and num_perm)")
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1:
+                fail(f"bands and rows must be >= 1, got {self.bands} x {self.rows}")
+            if self.bands * self.rows > self.num_perm:
+                fail(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+
+    def band_rows(self) -> tuple[int, int]:
+        """``(bands, rows)``: as configured, or minimizing false positives + false negatives."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return optimal_bands(self.threshold, self.num_perm)
+
+    def min_matches(self) -> int:
+        """Matching signature positions an estimated Jaccard >= threshold needs."""
+        return math.ceil(self.threshold * self.num_perm - 1e-9)
+
+
+CLUSTER_SIZES = "near_dedup_cluster_sizes"
+"""stats.json counters group: near-duplicate clusters (2+ documents) by size."""
+
+
+class NearDedup(Step):
+    """Global step: removes every document of a near-duplicate cluster but its smallest id, and
+    sets ``minhash_cluster_size`` on the kept one."""
+
+    name = "near_dedup"
+    Config = NearDupConfig
+    counters = ("documents_in", "documents_out", "near_duplicate", "no_shingles", "signatures", "candidate_buckets",
+                "edges", "clusters", "cc_not_converged")
+    provides = ("minhash_cluster_size",)
+    transform = "pipeline.transforms.near_dedup:NearDedupTransform"
+
+    @classmethod
+    def requires(cls, cfg: NearDupConfig) -> tuple[str, ...]:
+        return ("lang",) if cfg.scope == "language" else ()

@@ -1,0 +1,76 @@
+"""A per-document step in Beam: :class:`ApplyStep` runs a :class:`~pipeline.steps.base.Step` over
+documents, counts its drops and what it counted, and sends dropped documents to ``removed``."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
+
+from ..readers.files import CHUNK_DOCS
+from ..steps.base import Document, Drop, Step
+from .counting import CountingDoFn
+
+REMOVED = "removed"
+"""The tagged output of what a step removed (written to ``removed/<step>/`` with ``write.removed``)."""
+
+
+def removed_record(doc: Document, reason: str, **extra: Any) -> dict[str, Any]:
+    """What ``removed/<step>/`` holds for a dropped document: the document as the step saw it, and why."""
+    return {**doc, "reason": reason, **extra}
+
+
+class ApplyStep(CountingDoFn):
+    """Runs a per-document step; drops become counters (``reason`` and ``reason/<lang>``), kept
+    documents ``documents_out``; the step's own counts are added once per chunk.
+
+    Documents are taken ``chunk`` at a time (the rest at the end of the bundle), so fused steps
+    run a whole chunk each in a row instead of taking turns per document and evicting each
+    other's working set from the CPU caches: parsing then fastText costs about 20 % less CPU
+    this way, fastText then KenLM about 10 % less (measured on the benchmark's WET files).
+    """
+
+    def __init__(self, step: Step, chunk: int = CHUNK_DOCS) -> None:
+        super().__init__(step.name)
+        self.applied, self.chunk = step, chunk
+        self.write_removed = step.run.write_removed
+        self.waiting: list[Document] = []
+
+    def setup(self) -> None:
+        self.applied.setup()
+
+    def start_bundle(self) -> None:
+        super().start_bundle()
+        self.waiting = []
+
+    def process(self, doc: Document) -> Iterator[Any]:
+        self.waiting.append(doc)
+        if len(self.waiting) >= self.chunk:
+            yield from self._run()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        for out in self._run():  # batch pipelines: every document is in the global window
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
+            else:
+                yield GlobalWindows.windowed_value(out)
+        yield from super().finish_bundle()
+
+    def _run(self) -> list[Any]:
+        step, out = self.applied, []
+        for doc in self.waiting:
+            result = step(doc)
+            if isinstance(result, Drop):
+                self.count(result.reason)
+                lang = result.lang or doc.get("lang")
+                if lang:  # per language where there is one (the report's funnel)
+                    self.count(f"{result.reason}/{lang}")
+                if self.write_removed:
+                    out.append(beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, result.reason)))
+            else:
+                self.count("documents_out")
+                out.append(result)
+        for name, n in sorted(step.take_counts().items()):
+            self.count(name, n)
+        self.waiting = []
+        return out

@@ -1,0 +1,114 @@
+"""The ``dedup`` step in Beam, and the read every run starts with: CCNet's two passes over the
+input files (hash every paragraph, group the hashes by partition, then read each file again
+without its duplicate paragraphs). The maths is ``pipeline.steps.dedup``."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any, Iterable, Iterator
+
+import apache_beam as beam
+
+from ..config import ReadConfig
+from ..output.layout import REJECTED
+from ..readers.files import read_ahead, read_file
+from ..steps import dedup
+from ..steps.base import Drop, Note, Rejected, RunInfo
+from ..steps.dedup import DedupConfig, ParagraphDedup
+from .apply import REMOVED, removed_record
+from .counting import Counted, CountingDoFn
+
+
+class HashFile(beam.DoFn):
+    """Dedup pass 1: (file index, path) -> ((group, partition), (file index, paragraph occurrences))."""
+
+    def __init__(self, cfg: ReadConfig, partitions: int, n_files: int, groups: int) -> None:
+        self.cfg, self.partitions, self.n_files, self.groups = cfg, partitions, n_files, groups
+
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[tuple[int, int], tuple[int, dedup.Occurrences]]]:
+        index, path = item
+        group = dedup.group_of(index, self.n_files, self.groups)
+        docs = (r for r in read_ahead(read_file(path, self.cfg)) if isinstance(r, dict))
+        for part, table in dedup.Occurrences.of(docs).partitions(self.partitions):
+            yield (group, part), (index, table)
+
+
+class ReadFiles(CountingDoFn):
+    """Dedup pass 2 (or the only read): documents without their duplicate paragraphs.
+
+    Takes ``(file index, {"path": [path], "removed": [(ordinals, lines), ...]})``; rejected
+    records go to the ``rejected`` output.
+    """
+
+    def __init__(self, cfg: ReadConfig, dedup_cfg: DedupConfig | None, run: RunInfo) -> None:
+        super().__init__("read")
+        self.cfg, self.dedup, self.run = cfg, dedup_cfg, run
+
+    def process(self, item: tuple[int, dict[str, Iterable[Any]]]) -> Iterator[Any]:
+        index, grouped = item
+        [path] = grouped["path"]
+        removed = dedup.removal_index(grouped["duplicates"])
+        read: Counter[str] = Counter()  # counted once per file: the read step sees every record
+        deduped: Counter[str] = Counter()
+        for result in read_file(path, self.cfg):
+            if isinstance(result, Rejected):
+                read[f"rejected_{result.reason}"] += 1
+                yield beam.pvalue.TaggedOutput(REJECTED, result)
+                continue
+            if isinstance(result, (Drop, Note)):  # a note: counted, its record is kept
+                read[result.reason] += 1
+                continue
+            lines = removed.get(read["documents"], ())
+            read["documents"] += 1
+            if self.dedup is not None:
+                deduped["paragraphs_removed"] += len(lines)
+                kept = dedup.remove_paragraphs(result, lines, self.dedup.min_length)
+                if isinstance(kept, Drop):
+                    deduped[kept.reason] += 1
+                    if self.run.write_removed:
+                        yield beam.pvalue.TaggedOutput(REMOVED, removed_record(result, kept.reason))
+                    continue
+                deduped["documents_out"] += 1
+                result = kept
+            yield result
+        if self.run.progress:
+            rejected = sum(n for name, n in read.items() if name.startswith("rejected_"))
+            skipped = sum(read.values()) - read["documents"] - rejected  # the drops: warcinfo and the like
+            print(f"[read {index + 1}/{self.run.n_files}] {path}: {read['documents']} documents, "
+                  f"{rejected} rejected, {skipped} skipped", file=sys.stderr, flush=True)
+        read["files"] += 1
+        if self.dedup is not None:
+            deduped["documents_in"] = read["documents"]
+        for step, counts in (("read", read), (ParagraphDedup.name, deduped)):
+            for name, n in counts.items():
+                self.count(name, n, step=step)
+
+
+class ReadAndDedup(beam.PTransform):
+    """Files -> documents (``main``), ``rejected`` records and ``removed`` documents, with global
+    exact paragraph dedup when the ``dedup`` step is given (two passes, CCNet style). Without it,
+    this is the plain read every run starts with."""
+
+    def __init__(self, step: ParagraphDedup | None, read_cfg: ReadConfig, run: RunInfo) -> None:
+        super().__init__()
+        self.read_cfg, self.run = read_cfg, run
+        self.dedup_cfg = step.cfg if step is not None else None
+
+    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        cfg, n_files = self.dedup_cfg, self.run.n_files
+        if cfg is not None:
+            policy = cfg.policy
+            partitions = cfg.partitions or min(4096, max(8, n_files))
+            duplicates = (
+                files
+                | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, n_files, cfg.groups))
+                | "GroupByPartition" >> beam.GroupByKey()
+                | "FindDuplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy).items())
+            )
+        else:
+            duplicates = files | "NoRemovals" >> beam.FlatMap(lambda _: ())
+        return (
+            {"path": files, "duplicates": duplicates}
+            | "JoinByFile" >> beam.CoGroupByKey()
+            | "Read" >> Counted(ReadFiles(self.read_cfg, cfg, self.run), outputs=(REJECTED, REMOVED))
+        )

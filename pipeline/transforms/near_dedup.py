@@ -1,0 +1,218 @@
+"""The ``near_dedup`` step in Beam: band keys, LSH buckets, connected components unrolled in the
+graph, and the join that keeps one document per cluster (the maths: ``pipeline.steps.minhash``)."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from ..steps.base import Document
+from ..steps.minhash import (_fold_table, band_keys, bucket_edges, is_empty, large_star, resolve, shingle_kind,
+                             signatures, small_star)
+from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
+from .apply import REMOVED, removed_record
+from .counting import MAIN, Counted, CountingDoFn
+
+
+class _Star(beam.DoFn):
+    """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets a 1 per bundle that changed."""
+
+    def __init__(self, small: bool) -> None:
+        super().__init__()
+        self.step = small_star if small else large_star
+        self.changed = False
+
+    def start_bundle(self) -> None:
+        self.changed = False
+
+    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, str]]:
+        edges, changed = self.step(*item)
+        self.changed |= changed
+        yield from edges
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self.changed:
+            yield beam.pvalue.TaggedOutput("changed", WindowedValue(1, MIN_TIMESTAMP, (GlobalWindow(),)))
+
+
+class _Route(beam.DoFn):
+    """Edges stay ``active`` while the round changed the graph, else they are ``done`` (converged)."""
+
+    def process(self, edge: tuple[str, str], changed: Iterable[int]) -> Iterator[Any]:
+        yield edge if any(changed) else beam.pvalue.TaggedOutput("done", edge)
+
+
+class _Resolve(CountingDoFn):
+    """(node, neighbors) -> main ``(node, kept id)``, or ``(node, cluster size)`` to ``size`` if kept."""
+
+    def __init__(self) -> None:
+        super().__init__(NearDedup.name)
+
+    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, tuple[str, Any]]]:
+        node, neighbors = item
+        kept, size, converged = resolve(node, neighbors)
+        if not converged:
+            self.count("cc_not_converged")
+        if kept is None:
+            self.count("clusters")
+            yield beam.pvalue.TaggedOutput("size", (node, size))
+        else:
+            yield node, kept
+
+
+def _both_ways(edge: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
+    return edge, (edge[1], edge[0])
+
+
+def _by_larger(edge: tuple[str, str]) -> tuple[str, str]:
+    return (edge[1], edge[0]) if edge[0] < edge[1] else edge
+
+
+class ConnectedComponents(beam.PTransform):
+    """Edges ``(a, b)`` -> ``main``: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
+
+    The kept id of a component is its smallest id. Each round is a large-star and a small-star
+    step; once a round changes nothing (a side input tells), the edges leave the loop and later
+    rounds run empty, so the work follows the rounds needed, not ``max_iterations``. Nodes still
+    unresolved after the last round are counted as ``cc_not_converged`` (they keep a smaller
+    neighbor as parent: removals stay correct, a component may keep more than one document).
+    """
+
+    def __init__(self, max_iterations: int) -> None:
+        super().__init__()
+        self.max_iterations = max_iterations
+
+    def expand(self, edges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        done = []
+        for i in range(self.max_iterations):
+            large = (
+                edges
+                | f"LargeStar{i}/Key" >> beam.FlatMap(_both_ways)
+                | f"LargeStar{i}/Group" >> beam.GroupByKey()
+                | f"LargeStar{i}/Link" >> beam.ParDo(_Star(small=False)).with_outputs("changed", main="edges")
+            )
+            small = (
+                large.edges
+                | f"SmallStar{i}/Key" >> beam.Map(_by_larger)
+                | f"SmallStar{i}/Group" >> beam.GroupByKey()
+                | f"SmallStar{i}/Link" >> beam.ParDo(_Star(small=True)).with_outputs("changed", main="edges")
+            )
+            changed = (large.changed, small.changed) | f"Round{i}/Changed" >> beam.Flatten()
+            routed = small.edges | f"Round{i}/Route" >> beam.ParDo(
+                _Route(), beam.pvalue.AsList(changed)).with_outputs("done", main="active")
+            done.append(routed.done)
+            edges = routed.active
+        return (
+            (*done, edges)
+            | "Resolve/Flatten" >> beam.Flatten()
+            | "Resolve/Key" >> beam.FlatMap(_both_ways)
+            | "Resolve/Group" >> beam.GroupByKey()
+            | "Resolve/Roots" >> Counted(_Resolve(), outputs=("size",))
+        )
+
+
+class BandKeys(CountingDoFn):
+    """A batch of documents -> ``((scope, band, band hash), (id, signature bytes))`` per band."""
+
+    def __init__(self, cfg: NearDupConfig) -> None:
+        super().__init__(NearDedup.name)
+        self.cfg = cfg
+        self.bands, self.rows = cfg.band_rows()
+
+    def setup(self) -> None:
+        _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
+
+    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int, int], tuple[str, bytes]]]:
+        cfg = self.cfg
+        groups: dict[str, list[int]] = {}
+        for i, doc in enumerate(batch):
+            groups.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
+        for kind, index in sorted(groups.items()):
+            sigs = signatures([batch[i]["text"] for i in index], cfg, kind)
+            keys = band_keys(sigs, self.bands, self.rows).tolist()
+            empty = is_empty(sigs)
+            for row, i in enumerate(index):
+                if empty[row]:
+                    self.count("no_shingles")
+                    continue
+                doc = batch[i]
+                scope = (doc.get("lang") or "") if cfg.scope == "language" else ""
+                value = (doc["id"], sigs[row].tobytes() if cfg.verify else b"")  # unverified: ids suffice
+                for band, key in enumerate(keys[row]):
+                    yield (scope, band, key), value
+        self.count("signatures", len(batch))
+
+
+class CandidateEdges(CountingDoFn):
+    """An LSH bucket -> its edges (:func:`bucket_edges`)."""
+
+    def __init__(self, min_matches: int | None) -> None:
+        super().__init__(NearDedup.name)
+        self.min_matches = min_matches
+
+    def process(self, item: tuple[Any, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
+        members = list(item[1])
+        if len(members) < 2:
+            return
+        edges = bucket_edges(members, self.min_matches)
+        self.count("candidate_buckets")
+        self.count("edges", len(edges))
+        yield from edges
+
+
+class ApplyNearDup(CountingDoFn):
+    """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
+
+    def __init__(self, write_removed: bool) -> None:
+        super().__init__(NearDedup.name)
+        self.write_removed = write_removed
+
+    def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
+        _, grouped = item
+        parents, sizes = list(grouped["parent"]), list(grouped["size"])
+        for doc in grouped["doc"]:
+            self.count("documents_in")
+            if parents:
+                self.count("near_duplicate")
+                if doc.get("lang"):
+                    self.count(f"near_duplicate/{doc['lang']}")
+                if self.write_removed:
+                    yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, "near_duplicate", duplicate_of=min(parents)))
+                continue
+            self.count("documents_out")
+            if sizes and sizes[0] > 1:  # one count per cluster: its kept document
+                self.count(str(sizes[0]), step=CLUSTER_SIZES)
+            yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
+
+
+def _by_id(doc: Document) -> tuple[str, Document]:
+    return doc["id"], doc
+
+
+class NearDedupTransform(beam.PTransform):
+    """Documents -> tagged outputs ``main`` (kept, with ``minhash_cluster_size``) and ``removed``."""
+
+    def __init__(self, step: NearDedup) -> None:
+        super().__init__()
+        step.cfg.validate()
+        self.cfg, self.write_removed = step.cfg, step.run.write_removed
+
+    def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        cfg = self.cfg
+        edges = (
+            docs
+            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
+            | "BandKeys" >> Counted(BandKeys(cfg))
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
+        )
+        clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
+        keyed = docs | "KeyById" >> beam.Map(_by_id)
+        return (
+            {"doc": keyed, "parent": clusters[MAIN], "size": clusters["size"]}
+            | "JoinById" >> beam.CoGroupByKey()
+            | "Apply" >> Counted(ApplyNearDup(self.write_removed), outputs=(REMOVED,))
+        )

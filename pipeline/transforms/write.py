@@ -1,0 +1,147 @@
+"""Writing in Beam: documents to Arrow tables, tables to deterministic shards (``lang=<l>/bucket=<b>/
+part-NNNNN``), the corpus sums stats.json is made of, and JSON-lines record folders (rejected/,
+removed/<step>/)."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Iterator
+
+import apache_beam as beam
+import pyarrow as pa
+
+from ..config import WriteConfig
+from ..output import layout, shards
+from ..report.stats import Bins, Totals, sum_columns, table_stats
+from .counting import Counted, CountingDoFn
+
+
+class ArrowTableCoder(beam.coders.Coder):
+    """Arrow tables between stages as an LZ4-compressed IPC stream: half the bytes of a pickled
+    table for text, and moving bytes between workers is what a shuffle costs."""
+
+    OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+    def encode(self, table: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=self.OPTIONS) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    def decode(self, encoded: bytes) -> pa.Table:
+        return pa.ipc.open_stream(encoded).read_all()
+
+    def estimate_size(self, table: pa.Table) -> int:
+        return table.nbytes  # Beam samples element sizes: without this it would compress to measure
+
+
+beam.coders.registry.register_coder(pa.Table, ArrowTableCoder)
+
+
+class WriteShard(CountingDoFn):
+    def __init__(self, output: str, fmt: str, schema: str) -> None:
+        super().__init__("write")
+        self.output, self.fmt, self.schema = output, fmt, schema
+
+    def process(self, item: tuple[tuple[str, str, int], Iterable[pa.Table]]) -> Iterator[str]:
+        (lang, bucket, shard), parts = item
+        table = shards.shard_table(parts)
+        path = layout.shard_path(self.output, lang, bucket, shard, self.fmt)
+        shards.write_table(shards.output_table(table, self.schema), path, self.fmt)
+        self.count("shards")
+        self.count("documents", table.num_rows)
+        yield path
+
+
+class AsTables(beam.PTransform):
+    """Documents -> Arrow tables of up to ``batch_rows`` rows (the corpus schema).
+
+    A few large elements cost Beam far less to encode, move and count than one element per
+    document. Batches are cut per bundle, so they differ between runs; nothing written does
+    (shards are sorted, statistics are sums).
+    """
+
+    def __init__(self, batch_rows: int = shards.BATCH_ROWS) -> None:
+        super().__init__()
+        self.batch_rows = batch_rows
+
+    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+        return (
+            docs
+            | "Batch" >> beam.BatchElements(min_batch_size=self.batch_rows, max_batch_size=self.batch_rows)
+            | "ToTable" >> beam.Map(shards.docs_to_table).with_output_types(pa.Table)
+        )
+
+
+class WriteCorpus(beam.PTransform):
+    """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards (``<l>_<b>_NNNN.json.gz``
+    in CCNet's layout).
+
+    Returns ``{"paths": written paths, "stats": the one CorpusStats result}``: the partition sizes
+    that set each partition's shard count also go into sampling.json.
+    """
+
+    def __init__(self, output: str, cfg: WriteConfig) -> None:
+        super().__init__()
+        self.output, self.cfg, self.target = output, cfg, int(cfg.shard_size_mb * 2**20)
+
+    def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
+        stats = (tables | "TableStats" >> beam.Map(table_stats)
+                 | "Stats" >> beam.CombineGlobally(CorpusStats()))
+        sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
+        paths = (
+            tables
+            | "SplitByShard" >> beam.FlatMap(shards.split_by_shard, totals=beam.pvalue.AsSingleton(sizes),
+                                             target_bytes=self.target)
+            .with_output_types(tuple[tuple[str, str, int], pa.Table])
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> Counted(WriteShard(self.output, self.cfg.format, self.cfg.schema))
+        )
+        return {"paths": paths, "stats": stats}
+
+
+class WriteRecords(beam.PTransform):
+    """Dict records -> ``<output>/<folder>/part-NNNNN.jsonl``: :data:`~pipeline.output.layout.RECORD_SHARDS`
+    parts by document id (a rejected record, which has none, by its source file), sorted lines."""
+
+    def __init__(self, output: str, folder: str) -> None:
+        super().__init__()
+        self.output, self.folder = output, folder
+
+    def expand(self, records: beam.PCollection) -> beam.PCollection:
+        output, folder = self.output, self.folder
+
+        def write(item: tuple[int, Iterable[dict[str, Any]]]) -> str:
+            path = layout.records_path(output, folder, item[0])
+            shards.write_jsonl(item[1], path)
+            return path
+
+        return (
+            records
+            | "KeyByRecord" >> beam.Map(lambda r: (shards.stable_hash(r.get("id") or r.get("source") or "")
+                                                 % layout.RECORD_SHARDS, r))
+            | "Group" >> beam.GroupByKey()
+            | "Write" >> beam.Map(write)
+        )
+
+
+class CorpusStats(beam.CombineFn):
+    """:func:`table_stats` of every table -> their sums. Sums only, so bundling does not change
+    them; small inputs, so a runner that does not lift combines (Dask) moves no tables for it."""
+
+    def create_accumulator(self) -> tuple[Totals, Bins]:
+        return {}, Counter()
+
+    def add_input(self, acc: tuple[Totals, Bins], stats: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
+        return self.merge_accumulators([acc, stats])
+
+    def merge_accumulators(self, accs: Iterable[tuple[Totals, Bins]]) -> tuple[Totals, Bins]:
+        merged, merged_bins = self.create_accumulator()
+        for totals, bins in accs:
+            for key, sums in totals.items():
+                merged[key] = sum_columns([merged.get(key, (0, 0, 0)), sums])
+            merged_bins.update(bins)
+        return merged, merged_bins
+
+    def extract_output(self, acc: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
+        totals, bins = acc  # in key order: the order of merging must not show
+        return dict(sorted(totals.items())), Counter(dict(sorted(bins.items())))

@@ -1,0 +1,1 @@
+"""Generic helpers with no pipeline knowledge: user errors, strict YAML configs, fault points for tests."""
