@@ -75,14 +75,14 @@ def swap(line: str, vocab: list[str], rng: random.Random, chars: bool) -> str:
 def build_documents(sample: Path, n: int, seed: int = 1234) -> list[dict]:
     pages = distinct_pages(sample)
     langs = sorted(pages)
-    vocab = {lang: sorted({u for text in texts for u in (text if neardup.shingle_kind(lang, "auto") == "char"
+    vocab = {lang: sorted({u for text in texts for u in (text if minhash.shingle_kind(lang, "auto") == "char"
                                                           else text.split()) if not u.isspace()})
              for lang, texts in pages.items()}
     rng = random.Random(seed)
     docs: list[dict] = []
     while len(docs) < n:
         lang = langs[len(docs) % len(langs)]
-        chars = neardup.shingle_kind(lang, "auto") == "char"
+        chars = minhash.shingle_kind(lang, "auto") == "char"
         lines = rng.choice(pages[lang]).split("\n")
         start, window = rng.randrange(len(lines)), []
         while sum(len(line) + 1 for line in window) < DOC_CHARS and len(window) < len(lines):
@@ -123,10 +123,10 @@ def fastest(repeat: int, run: Callable[[], tuple[Seconds, T]]) -> tuple[Seconds,
 
 def time_signatures(docs: list[dict], cfg: NearDupConfig, kind: str) -> tuple[Seconds, int]:
     """Time of the signatures of the documents shingled as ``kind``, and their number."""
-    texts = [d["text"] for d in docs if neardup.shingle_kind(d["lang"], cfg.shingle) == kind]
-    neardup.signatures(texts[:2000], cfg, kind)  # warm up: the code point table and the power tables
+    texts = [d["text"] for d in docs if minhash.shingle_kind(d["lang"], cfg.shingle) == kind]
+    minhash.signatures(texts[:2000], cfg, kind)  # warm up: the code point table and the power tables
     start = clock()
-    neardup.signatures(texts, cfg, kind)
+    minhash.signatures(texts, cfg, kind)
     return clock() - start, len(texts)
 
 
@@ -156,7 +156,7 @@ def python_shingles(text: str, kind: str, n: int) -> list[bytes]:
 def time_datasketch(docs: list[dict], cfg: NearDupConfig) -> tuple[Seconds, tuple[Seconds, int]]:
     """Time of datasketch alone, and (of which LSH insert + query, documents removed)."""
     start = clock()
-    kinds = [neardup.shingle_kind(d["lang"], cfg.shingle) for d in docs]
+    kinds = [minhash.shingle_kind(d["lang"], cfg.shingle) for d in docs]
     shingles = [python_shingles(d["text"], kind, cfg.char_ngram if kind == "char" else cfg.word_ngram)
                 for d, kind in zip(docs, kinds)]
     minhashes = MinHash.bulk(shingles, num_perm=cfg.num_perm, seed=cfg.seed)

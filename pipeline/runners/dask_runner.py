@@ -78,6 +78,30 @@ class LocalDaskOptions(PipelineOptions):
                                  "--dask_client_address or --dask_scheduler_file is given (default: one per core)")
 
 
+def check_options(options: PipelineOptions) -> None:
+    """One line for a Dask option that would fail later: no workers, a missing scheduler file, a
+    running cluster without a shared ``--temp_location``, a local one that cannot be written."""
+    workers = options.view_as(LocalDaskOptions).dask_num_workers
+    if workers is not None and workers < 1:
+        raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
+    dask = options.view_as(beam_dask.DaskOptions)
+    if dask.scheduler_file and not os.path.isfile(dask.scheduler_file):  # distributed would wait for it to appear
+        raise UserError(f"--dask_scheduler_file {dask.scheduler_file}: no such file "
+                        "(`dask scheduler --scheduler-file` writes it)")
+    temp = options.view_as(GoogleCloudOptions).temp_location
+    if (dask.address or dask.scheduler_file) and not temp:
+        raise UserError("--runner DaskRunner on a running cluster needs --temp_location: a folder every worker "
+                        "can read and write (gs://, s3:// or a shared filesystem), for the shuffle's files")
+    if temp and fs.is_local(temp):  # a bucket is checked with the other locations (check_buckets)
+        if os.path.exists(temp) and not os.path.isdir(temp):
+            raise UserError(f"--temp_location {temp}: not a folder")
+        try:
+            os.makedirs(temp, exist_ok=True)
+            tempfile.TemporaryFile(dir=temp).close()
+        except OSError as exc:
+            raise UserError(f"--temp_location {temp}: cannot write a file there ({exc.strerror})") from None
+
+
 # --------------------------------------------------------------------------- worker side
 
 class _Fanout(Receiver):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 from typing import NoReturn
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, PortableOptions, _BeamArgumentParser
@@ -19,7 +18,6 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProv
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
-from ..output import fs
 from . import forkserver
 from ..util.errors import UserError
 
@@ -61,32 +59,6 @@ def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     if unknown:
         raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
     return PipelineOptions(flags)
-
-
-def check_dask(options: PipelineOptions) -> None:
-    from apache_beam.runners.dask.dask_runner import DaskOptions
-
-    from .dask_runner import LocalDaskOptions
-
-    workers = options.view_as(LocalDaskOptions).dask_num_workers
-    if workers is not None and workers < 1:
-        raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
-    dask = options.view_as(DaskOptions)
-    if dask.scheduler_file and not os.path.isfile(dask.scheduler_file):  # distributed would wait for it to appear
-        raise UserError(f"--dask_scheduler_file {dask.scheduler_file}: no such file "
-                        "(`dask scheduler --scheduler-file` writes it)")
-    temp = options.view_as(GoogleCloudOptions).temp_location
-    if (dask.address or dask.scheduler_file) and not temp:
-        raise UserError("--runner DaskRunner on a running cluster needs --temp_location: a folder every worker "
-                        "can read and write (gs://, s3:// or a shared filesystem), for the shuffle's files")
-    if temp and fs.is_local(temp):  # a bucket is checked with the other locations (check_buckets)
-        if os.path.exists(temp) and not os.path.isdir(temp):
-            raise UserError(f"--temp_location {temp}: not a folder")
-        try:
-            os.makedirs(temp, exist_ok=True)
-            tempfile.TemporaryFile(dir=temp).close()
-        except OSError as exc:
-            raise UserError(f"--temp_location {temp}: cannot write a file there ({exc.strerror})") from None
 
 
 def check_buckets(options: PipelineOptions) -> None:
@@ -148,7 +120,9 @@ def check_engine(options: PipelineOptions) -> None:
     a Flink/Spark job server JAR that would have to be downloaded."""
     runner = options.get_all_options()["runner"]
     if runner in DASK_NAMES:
-        check_dask(options)
+        from .dask_runner import check_options
+
+        check_options(options)
     if runner in (*DASK_NAMES, "DataflowRunner"):
         check_buckets(options)
     endpoint = options.view_as(PortableOptions).job_endpoint
