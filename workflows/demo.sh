@@ -60,13 +60,13 @@ fresh_dir() {  # fresh_dir DIR: empty DIR unless the step is continuing an inter
   [[ "$RESUME" == 1 ]] || rm -rf "$1"
 }
 
-step lm "configs/lm tests/data/sample/ref pipeline/lm.py pipeline/normalize.py" \
+step lm "configs/lm tests/data/sample/ref pipeline/steps/lm.py pipeline/steps/normalize.py" \
   $PY -m pipeline train-lm --config configs/lm/sample.yaml --out "$OUT/lm" --overwrite
 
 step scored "$CORPUS_CONFIG tests/data/sample/wet pipeline $OUT/lm" \
   $PY -m pipeline run --config $CORPUS_CONFIG --output "$OUT/scored" --set perplexity.models="$OUT/lm" --overwrite
 
-step cutoffs "pipeline/perplexity.py $OUT/scored/lang=*" \
+step cutoffs "pipeline/steps/perplexity.py $OUT/scored/lang=*" \
   $PY -m pipeline cutoffs --corpus "$OUT/scored" --out "$OUT/cutoff.csv"
 
 step corpus "$CORPUS_CONFIG tests/data/sample/wet pipeline $OUT/lm $OUT/cutoff.csv" \
