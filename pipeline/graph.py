@@ -63,8 +63,11 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
         label = "".join(part.title() for part in step.name.split("_"))
         if step.transform:
             result = docs | label >> composite(step)
-        else:
+        elif cfg.write.removed:
             result = docs | label >> Counted(ApplyStep(step), outputs=(REMOVED,))
+        else:  # no removed output to carry: one output fewer in every fused stage
+            docs = docs | label >> Counted(ApplyStep(step))
+            continue
         docs, removed[step.name] = result[MAIN], result[REMOVED]
     if cfg.write.removed:
         for name, records in removed.items():

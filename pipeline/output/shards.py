@@ -74,13 +74,14 @@ def output_table(table: pa.Table, schema: str) -> pa.Table:
 
 DEFAULTS = {"bucket": "all"}
 """Column values of documents that lack them: no perplexity step, or one without models, buckets nothing."""
+_DEFAULT_ROW = [DEFAULTS.get(f.name) for f in SCHEMA]
 
 
 def docs_to_table(docs: list[Document]) -> pa.Table:
     """Documents as a table with the corpus schema, in the given order (columns they lack are
     :data:`DEFAULTS` or null)."""
-    return pa.Table.from_arrays([pa.array([d.get(f.name, DEFAULTS.get(f.name)) for d in docs], type=f.type)
-                                 for f in SCHEMA], schema=SCHEMA)
+    return pa.Table.from_arrays([pa.array([d.get(f.name, default) for d in docs], type=f.type)
+                                 for f, default in zip(SCHEMA, _DEFAULT_ROW)], schema=SCHEMA)
 
 
 def partition_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str], tuple[int, int, int]]]:
