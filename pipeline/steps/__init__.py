@@ -53,8 +53,8 @@ def resolve(name: str) -> type[Step]:
         raise UserError(f"unknown step {name!r}{closest(name, sorted(known))}; steps: {', '.join(sorted(known))}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"step {name!r}: cannot import {module_name} ({exc})") from None
+    except (ImportError, SyntaxError) as exc:  # missing, or a module with broken code
+        raise UserError(f"step {name!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
     candidates = [c for c in _steps_of(module) if not class_name or c.__name__ == class_name]
     if len(candidates) != 1:
         what = f"no Step subclass {class_name!r}" if class_name else f"{len(candidates)} Step subclasses (name one: {name}:Class)"
