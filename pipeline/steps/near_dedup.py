@@ -38,6 +38,8 @@ class NearDupConfig:
     max_iterations: int = 20
     """Large-star/small-star rounds of the connected components (counter near_dedup/cc_not_converged > 0 if too few)."""
 
+    choices = {"shingle": SHINGLES, "scope": SCOPES}
+
     def validate(self) -> None:
         """Raise :class:`UserError` naming the first bad value."""
         def fail(message: str) -> None:
