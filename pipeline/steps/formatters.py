@@ -1,0 +1,185 @@
+"""FineWeb-2's final touches, each a step that changes a document's text and counts the documents
+it changed (``changed``): ftfy's encoding fixes, PII replacement (emails, public IP addresses) and
+symbol-line removal, as datatrove 0.10.1's ``FTFYFormatter``, ``PIIFormatter`` and
+``SymbolLinesFormatter`` do them (``tests/test_quality_parity.py`` compares the text).
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from typing import Any, Callable
+
+from .base import Document, RunInfo, Step, StepResult
+from .punctuation import PUNCTUATION_SET
+
+
+class TextStep(Step):
+    """A step that rewrites the text of every document and keeps it."""
+
+    counters = ("changed",)
+
+    def __call__(self, doc: Document) -> StepResult:
+        text = doc.get("text") or ""
+        fixed = self.format(text)
+        if fixed == text:
+            return doc
+        self.count("changed")
+        return {**doc, "text": fixed}
+
+    def format(self, text: str) -> str:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass
+class FtfyConfig:
+    unescape_html: str | bool = "auto"
+    """ftfy's TextFixerConfig keys, with datatrove's FTFYFormatter defaults."""
+    remove_terminal_escapes: bool = True
+    fix_encoding: bool = True
+    restore_byte_a0: bool = True
+    replace_lossy_sequences: bool = True
+    decode_inconsistent_utf8: bool = True
+    fix_c1_controls: bool = True
+    fix_latin_ligatures: bool = False
+    fix_character_width: bool = False
+    """Off: it would turn CJK full-width punctuation half-width."""
+    uncurl_quotes: bool = False
+    fix_line_breaks: bool = False
+    fix_surrogates: bool = True
+    remove_control_chars: bool = True
+    normalization: str | None = None
+    """NFC, NFD, NFKC, NFKD or null (none, as datatrove)."""
+
+    choices = {"normalization": (None, "NFC", "NFD", "NFKC", "NFKD")}
+
+
+ASCII_UNTOUCHED = re.compile(r"[&\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""In ASCII text, only HTML entities and control characters are anything ftfy fixes."""
+
+
+class Ftfy(TextStep):
+    """Fixes mojibake and other encoding damage with ftfy (``ftfy.fix_text``)."""
+
+    name = "ftfy"
+    Config = FtfyConfig
+
+    def __init__(self, cfg: FtfyConfig, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        self._fix: Callable[[str], str] | None = None
+
+    def setup(self) -> None:
+        import ftfy
+
+        config = ftfy.TextFixerConfig(**dataclasses.asdict(self.cfg))
+        self._fix = lambda text: ftfy.fix_text(text, config=config)
+
+    def format(self, text: str) -> str:
+        if self._fix is None:
+            self.setup()
+        if text.isascii() and not ASCII_UNTOUCHED.search(text):
+            return text  # nothing for ftfy to do: its fixes need non-ASCII, '&' or control characters
+        return self._fix(text)  # type: ignore[misc]
+
+
+EMAIL = re.compile(  # datatrove's PIIFormatter pattern
+    r"\b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[A-Za-z0-9](?:["
+    r"A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|["
+    r"01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])")
+IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)")
+
+
+@dataclasses.dataclass
+class PiiConfig:
+    remove_emails: bool = True
+    """Replace email addresses."""
+    remove_ips: bool = True
+    """Replace IPv4 addresses."""
+    only_remove_public_ips: bool = True
+    """Only addresses that are globally routable (private, loopback and reserved ones stay)."""
+    email_replacement: list[str] = dataclasses.field(
+        default_factory=lambda: ["email@example.com", "firstname.lastname@example.org"])
+    """Replacements, used in turn."""
+    ip_replacement: list[str] = dataclasses.field(default_factory=lambda: [
+        "22.214.171.124", "126.96.36.199", "188.8.131.52", "184.108.40.206", "220.127.116.11", "18.104.22.168"])
+    """Replacements, used in turn (datatrove's addresses, which did not answer pings)."""
+
+
+class _Replacer:
+    """Replaces each match with the next replacement in turn. The turn starts again with every
+    document (datatrove's carries on from the task's previous document, so the text would depend
+    on which worker saw which documents before: not the same bytes on every runner)."""
+
+    def __init__(self, pattern: re.Pattern[str], replacements: list[str],
+                 valid: Callable[[str], bool] | None = None) -> None:
+        self.pattern, self.replacements, self.valid, self.turn = pattern, replacements, valid, 0
+
+    def __call__(self, match: re.Match[str]) -> str:
+        if self.valid and not self.valid(match.group(0)):
+            return match.group(0)
+        replacement = self.replacements[self.turn]
+        self.turn = (self.turn + 1) % len(self.replacements)
+        return replacement
+
+    def sub(self, text: str) -> str:
+        self.turn = 0
+        return self.pattern.sub(self, text)
+
+
+def _public_ip(address: str, public_only: bool) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return not public_only or ip.is_global
+
+
+class Pii(TextStep):
+    """Replaces email addresses and public IP addresses, as datatrove's ``PIIFormatter``."""
+
+    name = "pii"
+    Config = PiiConfig
+
+    def __init__(self, cfg: PiiConfig, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        self.emails = _Replacer(EMAIL, cfg.email_replacement)
+        self.ips = _Replacer(IPV4, cfg.ip_replacement, lambda ip: _public_ip(ip, cfg.only_remove_public_ips))
+
+    def format(self, text: str) -> str:
+        if self.cfg.remove_emails and "@" in text:
+            text = self.emails.sub(text)
+        if self.cfg.remove_ips and "." in text:
+            text = self.ips.sub(text)
+        return text
+
+
+@dataclasses.dataclass
+class SymbolLinesConfig:
+    symbols_to_remove: list[str] | None = None
+    """Characters a removed line consists of (with spaces); null: datatrove's punctuation set."""
+    replace_char: str = ""
+    """What a run of removed lines becomes ("": nothing; FineWeb-2: a line break)."""
+
+
+class SymbolLines(TextStep):
+    """Removes lines made only of symbols (table rules, separators), as datatrove's ``SymbolLinesFormatter``."""
+
+    name = "symbol_lines"
+    Config = SymbolLinesConfig
+
+    def __init__(self, cfg: SymbolLinesConfig, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        symbols: Any = PUNCTUATION_SET if cfg.symbols_to_remove is None else frozenset(cfg.symbols_to_remove)
+        self.symbols = frozenset(symbols) | {" "}
+
+    def format(self, text: str) -> str:
+        out, in_removed = [], False
+        for line in text.splitlines():
+            if line.strip() and self.symbols.issuperset(line):
+                if not in_removed and self.cfg.replace_char:
+                    out.append(self.cfg.replace_char)
+                in_removed = True
+            else:
+                out.append(line)
+                in_removed = False
+        return "\n".join(out)

@@ -1,0 +1,343 @@
+"""Quality filters as FineWeb-2 applies them, per language: Gopher repetition, Gopher quality and
+FineWeb quality, with datatrove 0.10.1's semantics, order of checks and drop reasons
+(``tests/test_quality_parity.py`` runs datatrove's own classes beside them).
+
+Each section's keys are the datatrove class's arguments; ``languages:`` overrides any of them per
+language (FineWeb-2's ``configs/<lang>_<script>.yml`` values are in ``configs/corpus/fineweb2.yaml``).
+A language without an entry uses the section's own values and is counted
+(``default_values/<lang>``). A ratio's threshold of 0 or null turns that check off, as in datatrove.
+
+Where datatrove would divide by zero (a document without words, with its minimum word count
+turned off) these steps decide without raising: no words means no hashes, ellipses or alphabetic
+words to count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from itertools import compress
+from typing import Any, ClassVar
+
+from ..util.configfile import override
+from ..util.errors import UserError
+from .base import Document, Drop, RunInfo, Step, StepResult
+from .punctuation import PUNCTUATION_SET, TERMINAL_PUNCTUATION
+from .words import split_words, tokenizer_for
+
+GOPHER_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+"""Gopher's English stop words (datatrove's default)."""
+MAX_N = 20
+"""The longest n-gram a repetition check may name (its drop reason is declared)."""
+
+
+@dataclasses.dataclass
+class PerLanguage:
+    """A config with per-language overrides of its own keys."""
+
+    languages: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Per-language values, {lang: {key: value}} (lid.176 codes), over this section's own."""
+
+    def for_language(self, lang: str) -> Any:
+        """This config with ``languages[lang]`` applied (a UserError names an unknown key)."""
+        values = self.languages.get(lang)
+        if values is None:
+            return self
+        return override(dataclasses.replace(self, languages={}), values, f"languages.{lang}.")
+
+    def validate(self) -> None:
+        for lang in self.languages:
+            self.for_language(lang).check()
+        self.check()
+
+    def check(self) -> None:
+        """Checks of one language's values (UserError)."""
+
+
+def _check_ngrams(name: str, pairs: list[list[float]]) -> None:
+    for pair in pairs:
+        if len(pair) != 2 or not float(pair[0]).is_integer() or not 1 <= pair[0] <= MAX_N:
+            raise UserError(f"{name}: expected [n, fraction] pairs with 1 <= n <= {MAX_N}, got {pair!r}")
+
+
+class LanguageFilter(Step):
+    """A per-document filter whose values and word tokenizer depend on the document's language."""
+
+    counters: ClassVar[tuple[str, ...]] = ("default_values", "tokenizer_fallback")
+
+    def __init__(self, cfg: PerLanguage, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        self._params: dict[str, Any] = {}
+
+    @classmethod
+    def requires(cls, cfg: Any) -> tuple[str, ...]:
+        return ("lang",)
+
+    def params(self, lang: str) -> Any:
+        """The values for ``lang`` (its own, or the section's, counted)."""
+        params = self._params.get(lang)
+        if params is None:
+            params = self._params[lang] = self.prepared(self.cfg.for_language(lang))
+        if lang not in self.cfg.languages:
+            self.count(f"default_values/{lang}")
+        return params
+
+    def prepared(self, params: Any) -> Any:
+        """Derived values kept with a language's params (sets built once)."""
+        return params
+
+    def words(self, text: str, lang: str) -> list[str]:
+        if tokenizer_for(lang).fallback:
+            self.count(f"tokenizer_fallback/{lang}")
+        return split_words(text, lang)
+
+    def __call__(self, doc: Document) -> StepResult:
+        lang = doc.get("lang") or "unknown"
+        reason = self.check(doc.get("text") or "", lang, self.params(lang))
+        return Drop(reason) if reason else doc
+
+    def check(self, text: str, lang: str, p: Any) -> str | None:
+        """The drop reason of ``text``, or None to keep it."""
+        raise NotImplementedError
+
+
+def duplicates(items: list[str]) -> tuple[int, int]:
+    """How many items repeat an earlier one, and their characters (datatrove's ``find_duplicates``)."""
+    counts = Counter(items)
+    if len(counts) == len(items):
+        return 0, 0
+    return len(items) - len(counts), sum(len(item) * (n - 1) for item, n in counts.items() if n > 1)
+
+
+def ngrams(words: list[str], n: int, sep: str) -> list[str]:
+    return list(map(sep.join, zip(*(words[i:] for i in range(n)))))
+
+
+def top_ngram_chars(words: list[str], n: int) -> int:
+    """Characters of the most frequent n-gram times its count (the first of equals, as Counter)."""
+    gram, count = Counter(ngrams(words, n, " ")).most_common(1)[0]
+    return len(gram) * count
+
+
+def repeated_ngram_chars(words: list[str], n: int) -> int:
+    """Characters in n-grams (joined without spaces) that repeat an earlier one, an n-gram found
+    again skipping the next n words (Gopher's duplicate n-gram fraction, as datatrove counts it)."""
+    grams = ngrams(words, n, "")
+    if len(set(grams)) == len(grams):
+        return 0
+    seen: set[str] = set()
+    repeated, i = 0, 0
+    while i < len(grams):
+        gram = grams[i]
+        if gram in seen:
+            repeated += len(gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return repeated
+
+
+@dataclasses.dataclass
+class GopherRepetitionConfig(PerLanguage):
+    dup_line_frac: float | None = 0.3
+    """Drop above this fraction of lines that repeat an earlier line."""
+    dup_para_frac: float | None = 0.3
+    """Drop above this fraction of paragraphs (blank-line separated) that repeat an earlier one."""
+    dup_line_char_frac: float | None = 0.2
+    """Drop above this fraction of characters in repeated lines."""
+    dup_para_char_frac: float | None = 0.2
+    """Drop above this fraction of characters in repeated paragraphs."""
+    top_n_grams: list[list[float]] = dataclasses.field(default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]])
+    """[n, fraction]: drop when the most frequent n-gram covers more than this fraction of characters."""
+    dup_n_grams: list[list[float]] = dataclasses.field(
+        default_factory=lambda: [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
+    """[n, fraction]: drop when repeated n-grams cover more than this fraction of characters."""
+
+    def check(self) -> None:
+        _check_ngrams("top_n_grams", self.top_n_grams)
+        _check_ngrams("dup_n_grams", self.dup_n_grams)
+
+
+PARAGRAPHS = re.compile(r"\n{2,}")
+LINES = re.compile("\n+")
+
+
+class GopherRepetition(LanguageFilter):
+    """Gopher's repetition filter (Rae et al. 2021, table A1), as datatrove's ``GopherRepetitionFilter``."""
+
+    name = "gopher_repetition"
+    Config = GopherRepetitionConfig
+    counters = (*LanguageFilter.counters, "empty", "dup_para_frac", "dup_para_char_frac", "dup_line_frac",
+                "dup_line_char_frac", *(f"top_{n}_gram" for n in range(1, MAX_N + 1)),
+                *(f"duplicated_{n}_n_grams" for n in range(1, MAX_N + 1)))
+
+    def check(self, text: str, lang: str, p: GopherRepetitionConfig) -> str | None:
+        if not text:
+            return "empty"
+        size = len(text)
+        if p.dup_para_frac or p.dup_para_char_frac:
+            paragraphs = PARAGRAPHS.split(text.strip())
+            n_dup, dup_chars = duplicates(paragraphs)
+            if p.dup_para_frac and n_dup / len(paragraphs) > p.dup_para_frac:
+                return "dup_para_frac"
+            if p.dup_para_char_frac and dup_chars / size > p.dup_para_char_frac:
+                return "dup_para_char_frac"
+        if p.dup_line_frac or p.dup_line_char_frac:
+            lines = LINES.split(text)
+            n_dup, dup_chars = duplicates(lines)
+            if p.dup_line_frac and n_dup / len(lines) > p.dup_line_frac:
+                return "dup_line_frac"
+            if p.dup_line_char_frac and dup_chars / size > p.dup_line_char_frac:
+                return "dup_line_char_frac"
+        words = self.words(text, lang)
+        for n, frac in p.top_n_grams:
+            if len(words) >= n and top_ngram_chars(words, int(n)) / size > frac:
+                return f"top_{int(n)}_gram"
+        for n, frac in p.dup_n_grams:
+            if repeated_ngram_chars(words, int(n)) / size > frac:
+                return f"duplicated_{int(n)}_n_grams"
+        return None
+
+
+@dataclasses.dataclass
+class GopherQualityConfig(PerLanguage):
+    min_doc_words: int | None = 50
+    """Drop below this many non-symbol words."""
+    max_doc_words: int | None = 100000
+    """Drop above this many non-symbol words."""
+    min_avg_word_length: float | None = 3
+    """Drop below this mean length of non-symbol words."""
+    max_avg_word_length: float | None = 10
+    """Drop above this mean length of non-symbol words."""
+    max_symbol_word_ratio: float | None = 0.1
+    """Drop above this many '#', or '...' and '…', per word."""
+    max_bullet_lines_ratio: float | None = 0.9
+    """Drop above this fraction of lines starting with a bullet ('•' or '-')."""
+    max_ellipsis_lines_ratio: float | None = 0.3
+    """Drop above this fraction of lines ending with an ellipsis."""
+    max_non_alpha_words_ratio: float | None = 0.8
+    """Drop below this fraction of words with an alphabetic character (datatrove's name)."""
+    min_stop_words: int | None = 2
+    """Drop with fewer of ``stop_words`` present."""
+    stop_words: list[str] = dataclasses.field(default_factory=lambda: list(GOPHER_STOP_WORDS))
+    """The language's stop words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Quality:
+    p: GopherQualityConfig
+    stop_words: frozenset[str]
+
+
+BULLETS = ("•", "-")
+ELLIPSES = ("...", "…")
+
+
+class GopherQuality(LanguageFilter):
+    """Gopher's quality rules (Rae et al. 2021), as datatrove's ``GopherQualityFilter``."""
+
+    name = "gopher_quality"
+    Config = GopherQualityConfig
+    counters = (*LanguageFilter.counters, "gopher_short_doc", "gopher_long_doc", "gopher_below_avg_threshold",
+                "gopher_above_avg_threshold", "gopher_too_many_hashes", "gopher_too_many_ellipsis",
+                "gopher_too_many_bullets", "gopher_too_many_end_ellipsis", "gopher_below_alpha_threshold",
+                "gopher_enough_stop_words")
+
+    def __init__(self, cfg: GopherQualityConfig, run: RunInfo = RunInfo()) -> None:
+        super().__init__(cfg, run)
+        self._alpha: dict[str, bool] = {}
+        self._symbols: dict[str, bool] = {}
+
+    def prepared(self, params: GopherQualityConfig) -> _Quality:
+        return _Quality(params, frozenset(params.stop_words))
+
+    def _has_alpha(self, words: list[str]) -> list[bool]:
+        known = self._alpha
+        if len(known) > 1_000_000:
+            known.clear()
+        return [known[w] if w in known else known.setdefault(w, any(c.isalpha() for c in w)) for w in words]
+
+    def _not_symbol(self, words: list[str]) -> list[bool]:
+        known = self._symbols
+        if len(known) > 1_000_000:
+            known.clear()
+        return [known[w] if w in known else known.setdefault(w, not PUNCTUATION_SET.issuperset(w)) for w in words]
+
+    def check(self, text: str, lang: str, q: _Quality) -> str | None:
+        p = q.p
+        words = self.words(text, lang)
+        n_words = len(words)
+        lengths = [len(w) for w in compress(words, self._not_symbol(words))]
+        if p.min_doc_words and len(lengths) < p.min_doc_words:
+            return "gopher_short_doc"
+        if p.max_doc_words and len(lengths) > p.max_doc_words:
+            return "gopher_long_doc"
+        mean = sum(lengths) / len(lengths) if lengths else float("nan")  # numpy's mean of no values
+        if p.min_avg_word_length and mean < p.min_avg_word_length:
+            return "gopher_below_avg_threshold"
+        if p.max_avg_word_length and mean > p.max_avg_word_length:
+            return "gopher_above_avg_threshold"
+        per_word = max(n_words, 1)
+        if p.max_symbol_word_ratio and text.count("#") / per_word > p.max_symbol_word_ratio:
+            return "gopher_too_many_hashes"
+        if p.max_symbol_word_ratio and (text.count("...") + text.count("…")) / per_word > p.max_symbol_word_ratio:
+            return "gopher_too_many_ellipsis"
+        lines = text.splitlines() or [""]
+        if (p.max_bullet_lines_ratio
+                and sum(line.lstrip().startswith(BULLETS) for line in lines) / len(lines) > p.max_bullet_lines_ratio):
+            return "gopher_too_many_bullets"
+        if (p.max_ellipsis_lines_ratio
+                and sum(line.rstrip().endswith(ELLIPSES) for line in lines) / len(lines) > p.max_ellipsis_lines_ratio):
+            return "gopher_too_many_end_ellipsis"
+        if p.max_non_alpha_words_ratio and n_words and sum(self._has_alpha(words)) / n_words < p.max_non_alpha_words_ratio:
+            return "gopher_below_alpha_threshold"
+        if p.min_stop_words and len(q.stop_words.intersection(words)) < p.min_stop_words:
+            return "gopher_enough_stop_words"
+        return None
+
+
+@dataclasses.dataclass
+class FineWebQualityConfig(PerLanguage):
+    line_punct_thr: float = 0.12
+    """Drop below this fraction of lines ending with terminal punctuation."""
+    line_punct_exclude_zero: bool = False
+    """Keep documents where no line ends with terminal punctuation."""
+    stop_chars: list[str] | None = None
+    """What counts as terminal punctuation (null: datatrove's set of every script's)."""
+    short_line_thr: float = 0.67
+    """Drop above this fraction of short lines (FineWeb-2: 999, off)."""
+    short_line_length: int = 30
+    """A short line has at most this many characters."""
+    char_duplicates_ratio: float = 0.01
+    """Drop above this fraction of characters in repeated lines (FineWeb-2: 0.1)."""
+    new_line_ratio: float = 0.3
+    """Drop above this many line breaks per word."""
+
+
+class FineWebQuality(LanguageFilter):
+    """FineWeb's own heuristics, as datatrove's ``FineWebQualityFilter``."""
+
+    name = "fineweb_quality"
+    Config = FineWebQualityConfig
+    counters = (*LanguageFilter.counters, "empty", "line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
+
+    def prepared(self, params: FineWebQualityConfig) -> FineWebQualityConfig:
+        stop = tuple(TERMINAL_PUNCTUATION) if params.stop_chars is None else tuple(params.stop_chars)
+        return dataclasses.replace(params, stop_chars=stop)  # type: ignore[arg-type]  # str.endswith takes a tuple
+
+    def check(self, text: str, lang: str, p: FineWebQualityConfig) -> str | None:
+        lines = [line for line in text.split("\n") if line.strip()]
+        if not lines:
+            return "empty"
+        ratio = sum(line.endswith(p.stop_chars) for line in lines) / len(lines)  # type: ignore[arg-type]
+        if ratio < p.line_punct_thr and not (ratio == 0 and p.line_punct_exclude_zero):
+            return "line_punct_ratio"
+        if sum(len(line) <= p.short_line_length for line in lines) / len(lines) > p.short_line_thr:
+            return "short_line_ratio"
+        if duplicates(lines)[1] / (len(text) - text.count("\n")) > p.char_duplicates_ratio:
+            return "char_dup_ratio"
+        words = self.words(text, lang)
+        if words and text.count("\n") / len(words) > p.new_line_ratio:
+            return "list_ratio"
+        return None

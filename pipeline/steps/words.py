@@ -1,0 +1,148 @@
+"""Word tokenizers per language, chosen as datatrove 0.10.1 chooses them (its
+``assets/tokenizer_assignment.csv``), for the quality filters and FineWeb-2's MinHash.
+
+Every tokenizer runs locally from its own PyPI package (the ``quality`` extra); none downloads
+data at run time:
+
+======================================  ==========================================================
+en fr es de el bg ru tr ar              spaCy's rule-based tokenizer (``spacy.blank(lang)``)
+sw                                      spaCy's Setswana (``tn``), datatrove's proxy for Swahili
+vi                                      spaCy's Vietnamese (pyvi's CRF word segmenter)
+zh                                      spaCy's Chinese with the jieba segmenter
+th                                      PyThaiNLP, ``newmm-safe``
+hi ur                                   Indic NLP Library's ``trivial_tokenize``
+any other language spaCy has            ``spacy.blank(lang)`` (what datatrove assigns to most)
+anything else (or a missing package)    **fallback**: spaCy's multi-language ``xx`` rules
+                                        (datatrove's ``WhitespaceTokenizer``), counted
+======================================  ==========================================================
+
+Tokens are datatrove's: stripped, empty ones dropped. spaCy's rule-based tokenizer splits the
+text on whitespace first and tokenizes each piece on its own, so for those languages a piece's
+tokens are cached (per process): most words of a page have been seen before, and spaCy then
+runs only on new pieces; the tokens are spaCy's own (``tests/test_quality_parity.py`` compares
+them with datatrove's on every document). Segmenters that look across spaces (jieba, pyvi,
+PyThaiNLP, Indic NLP) get the whole text.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+SPACY_CODE = {"sw": "tn"}
+"""Languages datatrove tokenizes with another language's spaCy rules (its ``tok_code``)."""
+SPACY_CONFIG: dict[str, dict[str, Any]] = {"zh": {"nlp": {"tokenizer": {"segmenter": "jieba"}}}}
+WHOLE_TEXT_SPACY = {"zh", "vi", "ja", "ko"}
+"""spaCy languages whose tokenizer is a segmenter looking across spaces (no per-piece cache)."""
+INDIC = {"hi", "ur"}
+FALLBACK = "xx"
+CACHE_ENTRIES = 500_000
+"""Pieces whose tokens are remembered per process (then the cache starts again)."""
+
+
+def _strip(tokens: Any) -> list[str]:
+    return [s for s in (t.strip() for t in tokens) if s]
+
+
+@dataclasses.dataclass
+class WordTokenizer:
+    """One language's word tokenizer: ``words(text)`` as datatrove's ``word_tokenize``."""
+
+    lang: str
+    kind: str
+    """spacy, spacy-whole, thai or indic."""
+    code: str
+    """The spaCy or Indic NLP language code it runs with."""
+    fallback: str = ""
+    """Why the fallback is used ('' when it is not)."""
+
+    def __post_init__(self) -> None:
+        self._cache: dict[str, list[str]] = {}
+        self._run: Callable[[str], list[str]] | None = None
+
+    def words(self, text: str) -> list[str]:
+        if self._run is None:
+            self._run = self._load()
+        if self.kind != "spacy":
+            return self._run(text)
+        cache, out = self._cache, []
+        for piece in text.split():
+            tokens = cache.get(piece)
+            if tokens is None:
+                if len(cache) >= CACHE_ENTRIES:
+                    cache.clear()
+                tokens = cache[piece] = self._run(piece)
+            out.extend(tokens)
+        return out
+
+    def _load(self) -> Callable[[str], list[str]]:
+        if self.kind == "thai":
+            from pythainlp.tokenize import word_tokenize
+
+            return lambda text: _strip(word_tokenize(text, keep_whitespace=False, engine="newmm-safe"))
+        if self.kind == "indic":
+            from indicnlp.tokenize.indic_tokenize import trivial_tokenize
+
+            return lambda text: _strip(trivial_tokenize(text, self.code))
+        nlp = _spacy(self.code)
+        tokenizer = nlp.tokenizer
+
+        def run(text: str) -> list[str]:
+            with nlp.memory_zone():  # the strings of this text leave spaCy's vocabulary afterwards
+                try:
+                    doc = tokenizer(text)
+                except Exception:
+                    if "IS_ALPHA" not in text:  # datatrove's one known string that breaks spaCy
+                        raise
+                    doc = tokenizer(text.replace("IS_ALPHA", ""))
+                return _strip(token.text for token in doc)
+
+        return run
+
+
+@functools.cache
+def _spacy(code: str) -> Any:
+    import spacy
+
+    config = SPACY_CONFIG.get(code)
+    return spacy.blank(code, config=config) if config else spacy.blank(code)
+
+
+@functools.cache
+def tokenizer_for(lang: str) -> WordTokenizer:
+    """The word tokenizer of language ``lang`` (an ISO 639-1 code, as lid.176 labels)."""
+    if lang == "th":
+        return _checked(WordTokenizer(lang, "thai", "th"), "pythainlp")
+    if lang in INDIC:
+        return _checked(WordTokenizer(lang, "indic", lang), "indicnlp")
+    code = SPACY_CODE.get(lang, lang)
+    try:
+        import spacy.util
+
+        spacy.util.get_lang_class(code)
+    except ImportError:
+        return WordTokenizer(lang, "spacy", FALLBACK, fallback="spaCy is not installed")
+    except Exception:  # spaCy's catalogue raises its own error for a language it does not have
+        return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy has no rules for {code!r}")
+    kind = "spacy-whole" if code in WHOLE_TEXT_SPACY else "spacy"
+    tok = WordTokenizer(lang, kind, code)
+    try:
+        _spacy(code)
+    except ImportError as exc:  # zh needs jieba, vi pyvi, ja sudachipy, ko mecab
+        return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy's {code!r} needs {exc.name or exc}")
+    return tok
+
+
+def _checked(tok: WordTokenizer, module: str) -> WordTokenizer:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return WordTokenizer(tok.lang, "spacy", FALLBACK, fallback=f"{module} is not installed")
+    return tok
+
+
+@functools.lru_cache(maxsize=4)
+def split_words(text: str, lang: str) -> list[str]:
+    """``text``'s words in language ``lang``; the last few are remembered, so filters running one
+    after another on the same document tokenize it once (as datatrove's ``split_into_words``)."""
+    return tokenizer_for(lang).words(text)

@@ -1,0 +1,115 @@
+"""Documents for the quality filters' parity test and benchmark: the bundled sample's pages, and
+planted documents that sweep each FineWeb-2 check across its threshold in each XNLI language."""
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.config import ReadConfig
+from pipeline.readers.files import read_file
+
+ROOT = Path(__file__).resolve().parent
+SAMPLE = ROOT / "data" / "sample"
+XNLI = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
+FW2_FILES = {"ar": "arb_Arab", "bg": "bul_Cyrl", "de": "deu_Latn", "el": "ell_Grek", "es": "spa_Latn",
+             "fr": "fra_Latn", "hi": "hin_Deva", "ru": "rus_Cyrl", "sw": "swh_Latn", "th": "tha_Thai",
+             "tr": "tur_Latn", "ur": "urd_Arab", "vi": "vie_Latn", "zh": "cmn_Hani"}
+"""lid.176 code -> FineWeb-2's config name (tests/data/fineweb2/<name>.yml, copied verbatim)."""
+
+PLANTED_LINES = {  # for the languages the sample has no pages in: a few plain sentences each
+    "bg": ["Това е първото изречение на документа.", "Градът е разположен на брега на реката.",
+           "Учениците четат книги в библиотеката всеки ден.", "Времето днес е слънчево и топло.",
+           "Той отиде на пазара, за да купи хляб и мляко.", "Музеят е отворен от девет до пет часа."],
+    "th": ["วันนี้อากาศดีมากและท้องฟ้าแจ่มใส", "นักเรียนไปโรงเรียนทุกวันตอนเช้า",
+           "เมืองนี้มีตลาดที่ใหญ่ที่สุดในภาคเหนือ", "เขาชอบอ่านหนังสือที่ห้องสมุดในวันหยุด",
+           "ร้านอาหารนี้เปิดตั้งแต่เช้าจนถึงค่ำ", "แม่น้ำสายนี้ไหลผ่านหลายจังหวัด"],
+    "sw": ["Hii ni sentensi ya kwanza ya hati hii.", "Mji huu uko karibu na pwani ya bahari.",
+           "Wanafunzi wanasoma vitabu kwenye maktaba kila siku.", "Hali ya hewa leo ni nzuri na ya joto.",
+           "Alikwenda sokoni kununua mkate na maziwa.", "Makumbusho yanafunguliwa kuanzia saa tatu asubuhi."],
+    "ur": ["یہ دستاویز کا پہلا جملہ ہے۔", "شہر دریا کے کنارے پر واقع ہے۔", "طلبہ ہر روز کتب خانے میں کتابیں پڑھتے ہیں۔",
+           "آج موسم دھوپ والا اور گرم ہے۔", "وہ روٹی اور دودھ خریدنے بازار گیا۔", "عجائب گھر نو بجے سے پانچ بجے تک کھلا رہتا ہے۔"],
+}
+
+
+def sample_pages() -> list[str]:
+    """The text of every page of the bundled sample's WET files."""
+    texts = []
+    for path in sorted(glob.glob(str(SAMPLE / "wet" / "*.warc.wet.gz"))):
+        texts.extend(r["text"] for r in read_file(path, ReadConfig()) if isinstance(r, dict))
+    return texts
+
+
+def base_lines(lang: str, n: int = 30) -> list[str]:
+    """``n`` distinct real lines of ``lang`` (the sample's reference text, or the planted sentences)."""
+    ref = SAMPLE / "ref" / f"{lang}.txt"
+    if ref.exists():
+        seen: dict[str, None] = {}
+        for line in ref.read_text(encoding="utf-8").splitlines():
+            if len(line.split()) >= 4 or (lang == "zh" and len(line) >= 12):
+                seen.setdefault(line.strip())
+            if len(seen) == n:
+                break
+        return list(seen)
+    lines = PLANTED_LINES[lang]
+    return [f"{line} ({i})" if i >= len(lines) else line for i, line in
+            ((i, lines[i % len(lines)]) for i in range(n))]
+
+
+def planted(lang: str, stop_words: list[str], step: int = 1) -> list[str]:
+    """Documents sweeping each check of the three filters across its threshold (``step`` thins the sweeps)."""
+    lines = base_lines(lang)
+    words = " ".join(lines).split()
+    doc = "\n".join(lines)
+    out = ["", " ", "\n\n", "...", "| | |", "#", doc]
+    for k in range(0, 31, step):
+        out.append("\n".join(lines + lines[:k]))  # repeated lines
+        out.append("\n".join(lines[:10] + [lines[0]] * k))  # the same line again and again
+        out.append(doc + "\n" + " ".join(words[:2] * k))  # a frequent 2-gram
+        out.append(doc + "\n" + " ".join(words[3:6] * k))  # 3-gram
+        out.append(doc + "\n" + " ".join(words[6:10] * k))  # 4-gram
+        out.append(doc + "\n" + " ".join(words[10:22] * (k // 3 + 1)))  # repeated 5- to 10-grams
+        out.append("\n".join(line.rstrip(".。!?؟۔") if i < k else line for i, line in enumerate(lines)))
+        out.append("\n".join(lines[:30 - k] + [w for line in lines[30 - k:] for w in line.split()]))  # list-like
+        out.append("\n".join(f"- {line}" if i < k else line for i, line in enumerate(lines)))  # bullets
+        out.append("\n".join(f"{line}..." if i < k else line for i, line in enumerate(lines)))  # end ellipses
+        out.append(doc + " #" * (k * 4))  # hashes
+        out.append(doc + "\n" + " ".join(["123", "4,5", "67%"] * (k * 4)))  # non-alphabetic words
+        out.append(doc + "\n" + " ".join(["Überlänge" * 3] * (k * 3)))  # long words
+        out.append(doc + "\n" + " ".join(["a", "b"] * (k * 10)))  # short words
+        out.append(" ".join(words[:k + 40]))  # around the minimum word count
+        out.append(" ".join(w for w in words if w not in stop_words) + " " + " ".join(stop_words[:k % 4]))
+    out.append("\n".join(lines) * 3)
+    return out
+
+
+PII_AND_MOJIBAKE = [
+    "Write to jean.dupont@exemple.fr or admin@[192.168.0.1], not to @nobody or x@y.",
+    "Servers: 8.8.8.8, 10.0.0.1, 192.168.1.1, 127.0.0.1, 256.1.1.1, 1.2.3.4.5 and 172.217.16.14.",
+    "mojibake: The Mona Lisa doesnâ€™t have eyebrows. Ã©tÃ© ÐŸÑ€Ð¸Ð²ÐµÑ‚ &amp; &lt;b&gt;",
+    "control\x00chars\x07 and \x1b[31mterminal escapes\x1b[0m and \x85 C1",
+    "a table\n| | |\n|---|---|\n| x | y |\n||||\n\nend",
+    "price: 5€ — “quoted” ‘text’ ﬁ ligature, full-width ＡＢＣ",
+    "only ascii here, & an ampersand",
+]
+
+
+def reference_filters(lang: str) -> tuple[Any, Any, Any]:
+    """Datatrove's three filters for ``lang`` as fineweb-2-pipeline.py constructs them (imported
+    here: datatrove is only in the dev extra)."""
+    from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+
+    if lang == "en":
+        return GopherRepetitionFilter(language="eng"), FineWebQualityFilter(language="eng"), GopherQualityFilter(language="eng")
+    name = FW2_FILES[lang]
+    c = yaml.safe_load((ROOT / "data" / "fineweb2" / f"{name}.yml").read_text(encoding="utf-8"))
+    return (GopherRepetitionFilter(language=name, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
+                                   dup_line_frac=c["dup_line_frac"], top_n_grams=c["top_n_grams"],
+                                   dup_n_grams=c["dup_n_grams"]),
+            FineWebQualityFilter(language=name, short_line_thr=999, char_duplicates_ratio=0.1,
+                                 line_punct_thr=c["line_punct_thr"], new_line_ratio=c["new_line_ratio"]),
+            GopherQualityFilter(language=name, max_avg_word_length=c["max_avg_word_length"],
+                                min_avg_word_length=c["min_avg_word_length"], stop_words=c["stopwords"],
+                                max_non_alpha_words_ratio=c["max_non_alpha_words_ratio"], min_stop_words=2))

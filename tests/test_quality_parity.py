@@ -1,0 +1,135 @@
+"""FineWeb-2's quality layer against datatrove's own classes (datatrove==0.10.1, the dev extra).
+
+Datatrove's filters are built exactly as ``fineweb-2-pipeline.py`` builds them, from FineWeb-2's
+per-language files copied verbatim into ``tests/data/fineweb2/`` (English: FineWeb's values,
+datatrove's defaults). Ours come from ``configs/corpus/fineweb2.yaml``. For every XNLI language,
+every sample page and every planted document (each check swept across its threshold) must get
+the same keep/drop decision and the same reason from each filter, and the same text from ftfy,
+PII and symbol-line removal. A wrong number in the profile, or a semantic difference, fails here.
+"""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.steps.base import Drop
+from pipeline.steps.formatters import Ftfy, Pii, SymbolLines
+from pipeline.steps.quality import FineWebQuality, GopherQuality, GopherRepetition
+from pipeline.steps.words import tokenizer_for
+
+from quality_docs import FW2_FILES, PII_AND_MOJIBAKE, ROOT, XNLI, planted, reference_filters, sample_pages
+
+datatrove = pytest.importorskip("datatrove", reason="datatrove (the dev extra) is not installed")
+from datatrove.data import Document  # noqa: E402
+from datatrove.pipeline.formatters import FTFYFormatter, PIIFormatter, SymbolLinesFormatter  # noqa: E402
+from datatrove.utils.word_tokenizers import load_word_tokenizer  # noqa: E402
+
+PROFILE = ROOT.parent / "configs" / "corpus" / "fineweb2.yaml"
+FILTERS = (GopherRepetition, FineWebQuality, GopherQuality)
+
+
+def reference_reason(flt, text: str) -> str | None:
+    result = flt.filter(Document(text=text, id="x"))
+    return None if result is True else result[1]
+
+
+def our_reason(step, text: str, lang: str) -> str | None:
+    result = step({"text": text, "lang": lang})
+    return result.reason if isinstance(result, Drop) else None
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_config(str(PROFILE))
+
+
+@pytest.fixture(scope="module")
+def pages() -> list[str]:
+    return sample_pages()
+
+
+def check_filters(lang: str, profile, texts: list[str], step: int) -> None:
+    ours = [cls(profile.section(cls.name)) for cls in FILTERS]
+    theirs = reference_filters(lang)
+    docs = texts + planted(lang, ours[2].params(lang).p.stop_words, step)
+    mismatches, dropped = [], set()
+    for text in docs:
+        for flt, ref in zip(ours, theirs):
+            expected, got = reference_reason(ref, text), our_reason(flt, text, lang)
+            dropped.add(got)
+            if got != expected:
+                mismatches.append((flt.name, expected, got, text[:80]))
+    assert not mismatches, f"{len(mismatches)} decisions differ, first: {mismatches[:3]}"
+    assert len(dropped - {None}) >= 6, f"the planted documents reach too few checks in {lang}: {sorted(dropped - {None})}"
+
+
+@pytest.mark.parametrize("lang", XNLI)
+def test_filters_decide_as_datatrove(lang: str, profile, pages: list[str]) -> None:
+    """Every third step of each sweep, a ninth of the sample's pages (make test-slow: all of both)."""
+    check_filters(lang, profile, [page for page in pages if page.strip()][::9], step=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", XNLI)
+def test_filters_decide_as_datatrove_everywhere(lang: str, profile, pages: list[str]) -> None:
+    check_filters(lang, profile, pages, step=1)
+
+
+@pytest.mark.parametrize("lang", XNLI)
+def test_words_are_datatrove_words(lang: str, pages: list[str]) -> None:
+    """The word tokenizer (with its per-piece cache for spaCy's rule-based languages) gives
+    datatrove's tokens, and no XNLI language falls back."""
+    assert not tokenizer_for(lang).fallback, tokenizer_for(lang).fallback
+    reference = load_word_tokenizer(FW2_FILES.get(lang, "eng"))  # FineWeb-2 names languages so (datatrove reads
+    # a bare "hi" or "zh" as another script's row of its tokenizer table)
+    texts = [page for page in pages[::7] if page.strip()] + planted(lang, [], step=10)
+    for text in texts:
+        assert tokenizer_for(lang).words(text) == reference.word_tokenize(text), text[:80]
+
+
+def test_formatters_write_datatrove_text(profile, pages: list[str]) -> None:
+    texts = pages + PII_AND_MOJIBAKE * 3
+    pairs = [(Ftfy(profile.section("ftfy")), FTFYFormatter()), (Pii(profile.section("pii")), PIIFormatter()),
+             (SymbolLines(profile.section("symbol_lines")), SymbolLinesFormatter(symbols_to_remove=["|"], replace_char="\n"))]
+    for step, formatter in pairs:
+        changed = 0
+        for text in texts:
+            for replacer in ("emails_replacer", "ip_replacer"):  # ours starts each document's turn at
+                if hasattr(formatter, replacer):  # the first replacement (README: differences)
+                    getattr(formatter, replacer)._replace_i = 0
+            expected = formatter.format(text)
+            result = step({"text": text, "lang": "en"})
+            assert result["text"] == expected, (step.name, text[:80])
+            changed += expected != text
+        assert changed, f"{step.name} changed nothing: the inputs do not exercise it"
+
+
+URLS = ["https://www.blocked.org/page", "https://www.blocked.example.com/page", "http://sub.other.co.uk/a", "https://good.org/casino-night",
+        "https://good.org/Casino", "https://good.org/free-bonus-win", "https://good.org/free-x", "https://x.org/pornhub1",
+        "https://exact.net/path?q=1", "https://exact.net/path?q=2", "http://192.168.0.1/admin", "https://a.b.c.d.e.fr/x",
+        "https://shop.blocked.example.com/", "https://news.example.org/sports/2024/01/01/story.html"]
+
+
+def test_url_filter_decides_as_datatrove(tmp_path, pages: list[str]) -> None:
+    from datatrove.pipeline.filters import URLFilter
+    from tldextract import TLDExtract
+
+    from pipeline.steps.url_filter import UrlFilter, UrlFilterConfig
+
+    lists = {"domains": ["# blocked", "blocked.org", "shop.blocked.example.com", "sub.other.co.uk"], "urls": ["https://exact.net/path?q=1"],
+             "banned_words": ["casino"], "banned_subwords": ["pornhub"], "soft_banned_words": ["free", "bonus", "win"]}
+    for name, lines in lists.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    step = UrlFilter(UrlFilterConfig(**{name: str(tmp_path / name) for name in lists}))
+    step.prepare()
+    theirs = URLFilter(extra_domains=lists["domains"], extra_urls=lists["urls"], banned_words=lists["banned_words"],
+                       banned_subwords=lists["banned_subwords"], soft_banned_words=lists["soft_banned_words"],
+                       use_integrated_lists=False)
+    theirs.tldextractor = TLDExtract(suffix_list_urls=(), cache_dir=None)  # offline, as ours
+    reasons = set()
+    for url in URLS + [f"https://{w}.com/{w}" for w in " ".join(pages[:200]).split()[:300]]:
+        result = theirs.filter(Document(text="x", id="x", metadata={"url": url}))
+        expected = None if result is True else result[1]
+        assert step.check(url) == expected, url
+        reasons.add(expected)
+    assert reasons >= {None, "domain", "subdomain", "url", "hard_blacklisted", "soft_blacklisted", "blacklisted_subword"}
