@@ -113,3 +113,108 @@ def reference_filters(lang: str) -> tuple[Any, Any, Any]:
             GopherQualityFilter(language=name, max_avg_word_length=c["max_avg_word_length"],
                                 min_avg_word_length=c["min_avg_word_length"], stop_words=c["stopwords"],
                                 max_non_alpha_words_ratio=c["max_non_alpha_words_ratio"], min_stop_words=2))
+
+
+def restart_pii_turn(formatter: Any) -> None:
+    """Start datatrove's PIIFormatter replacements again at the first, as ours do for every document
+    (its turn otherwise carries over from the task's previous document: README, differences)."""
+    for replacer in ("emails_replacer", "ip_replacer"):
+        if hasattr(formatter, replacer):
+            getattr(formatter, replacer)._replace_i = 0
+
+
+def reference_values(lang: str) -> dict[str, Any]:
+    """FineWeb-2's values for ``lang`` as fineweb-2-pipeline.py applies them (English: FineWeb's,
+    datatrove's defaults), from the verbatim copies in tests/data/fineweb2/."""
+    if lang == "en":
+        return {"dup_line_frac": 0.3, "top_n_grams": [[2, 0.2], [3, 0.18], [4, 0.16]],
+                "dup_n_grams": [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.1]],
+                "line_punct_thr": 0.12, "new_line_ratio": 0.3, "char_duplicates_ratio": 0.01, "min_avg_word_length": 3,
+                "max_avg_word_length": 10, "max_non_alpha_words_ratio": 0.8,
+                "stopwords": ["the", "be", "to", "of", "and", "that", "have", "with"]}
+    values = yaml.safe_load((ROOT / "data" / "fineweb2" / f"{FW2_FILES[lang]}.yml").read_text(encoding="utf-8"))
+    return {**values, "char_duplicates_ratio": 0.1}
+
+
+def bracket(build: Any, crossed: Any, high: int = 3000) -> list[str]:
+    """``build(k)`` for the two neighbouring ``k`` on either side of where ``crossed(text)`` turns
+    (binary search between 0 and ``high``); [] when it does not turn in that range."""
+    lo, hi = 0, high
+    at_lo = crossed(build(lo))
+    if at_lo == crossed(build(hi)):
+        return []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if crossed(build(mid)) == at_lo:
+            lo = mid
+        else:
+            hi = mid
+    return [build(lo), build(hi)]
+
+
+def latin(i: int) -> str:
+    """A unique alphabetic token that every tokenizer keeps whole."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    out = ""
+    while True:
+        i, r = divmod(i, len(letters))
+        out += letters[r]
+        if not i:
+            return "ka" + out
+
+
+def boundary_docs(lang: str) -> list[str]:
+    """For each of ``lang``'s FineWeb-2 values, the two documents just either side of it: moving any
+    one value in the profile (by 0.001 for a fraction, 1 for a length) changes a decision."""
+    from pipeline.steps.quality import LINES, duplicates, repeated_ngram_chars, top_ngram_chars
+    from pipeline.steps.words import split_words
+
+    v = reference_values(lang)
+    words = lambda text: split_words(text, lang)  # noqa: E731
+    stops = [s for s in v["stopwords"] if words(f"{latin(0)} {s} {latin(1)}") == [latin(0), s, latin(1)]]
+    two_stops = " ".join(stops[:2])
+    docs: list[str] = []
+
+    def add(pair: list[str], what: str) -> None:
+        assert pair, f"{lang}: no pair of documents straddles {what}"
+        docs.extend(pair)
+
+    # Gopher repetition: repeated lines, the most frequent n-gram, repeated n-grams
+    unique = [f"{latin(i)} {latin(i + 7)} {latin(i + 11)}." for i in range(1000)]
+    add(bracket(lambda k: "\n".join(unique[:1000 - k] + [unique[0]] * k),
+                lambda t: (lambda ls: duplicates(ls)[0] / len(ls))(LINES.split(t)) > v["dup_line_frac"], 600), "dup_line_frac")
+    for n, frac in v["top_n_grams"]:
+        gram = " ".join(latin(5000 + j) for j in range(n))
+        base = " ".join(f"{gram} {latin(i)}" for i in range(60))
+        add(bracket(lambda k: base + " " + " ".join(latin(9000 + i) for i in range(k)),
+                    lambda t: top_ngram_chars(words(t), n) / len(t) > frac), f"top_{n}_gram")
+    for n, frac in v["dup_n_grams"]:
+        phrase = " ".join(latin(6000 + j) for j in range(n))
+        base = " ".join(f"{phrase} {latin(i)}" for i in range(30))
+        add(bracket(lambda k: base + " " + " ".join(latin(9000 + i) for i in range(k)),
+                    lambda t: repeated_ngram_chars(words(t), n) / len(t) > frac), f"duplicated_{n}_n_grams")
+    # FineWeb quality: lines ending in punctuation, line breaks per word, repeated-line characters
+    bare = [f"{latin(i)} {latin(i + 3)}" for i in range(1000)]
+    if v["line_punct_thr"] > 0:
+        add(bracket(lambda k: "\n".join(f"{line}." if i < k else line for i, line in enumerate(bare)),
+                    lambda t: sum(line.endswith(".") for line in t.split("\n")) / 1000 < v["line_punct_thr"], 1000),
+            "line_punct_thr")
+    lines = [f"{latin(i) * 3}." for i in range(300)]
+    add(bracket(lambda k: "\n".join(lines) + " " + " ".join(latin(9000 + i) for i in range(k)),
+                lambda t: t.count("\n") / len(words(t)) > v["new_line_ratio"]), "new_line_ratio")
+    add(bracket(lambda k: "\n".join([unique[0]] * 12 + unique[1:40]) + " " + " ".join(latin(9000 + i) for i in range(k)),
+                lambda t: duplicates(t.split("\n"))[1] / (len(t) - t.count("\n")) > v["char_duplicates_ratio"]),
+        "char_duplicates_ratio")
+    # Gopher quality: mean word length, alphabetic words, stop words
+    for key, long, short in (("max_avg_word_length", "x" * (v["max_avg_word_length"] + 4), "x" * 2),
+                             ("min_avg_word_length", "x" * (v["min_avg_word_length"] + 2), "x")):
+        if v[key] > 1:
+            add(bracket(lambda k: " ".join([long] * k + [short] * (400 - k)) + " " + two_stops,
+                        lambda t: (lambda ws: sum(map(len, ws)) / len(ws))(words(t)) > v[key], 400), key)
+    add(bracket(lambda k: " ".join([latin(i) for i in range(1000 - k)] + ["1234"] * k) + " " + two_stops,
+                lambda t: sum(any(c.isalpha() for c in w) for w in words(t)) / len(words(t))
+                < v["max_non_alpha_words_ratio"], 1000), "max_non_alpha_words_ratio")
+    filler = " ".join(latin(i) for i in range(80))
+    assert len(stops) >= 2, f"{lang}: fewer than two stop words are tokens of their own"
+    docs += [f"{filler} {s} {stops[(i + 1) % len(stops)]}" for i, s in enumerate(stops)] + [f"{filler} {s}" for s in stops[:3]]
+    return docs

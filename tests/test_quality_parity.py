@@ -17,7 +17,8 @@ from pipeline.steps.formatters import Ftfy, Pii, SymbolLines
 from pipeline.steps.quality import FineWebQuality, GopherQuality, GopherRepetition
 from pipeline.steps.words import tokenizer_for
 
-from quality_docs import FW2_FILES, PII_AND_MOJIBAKE, ROOT, XNLI, planted, reference_filters, sample_pages
+from quality_docs import (FW2_FILES, boundary_docs, PII_AND_MOJIBAKE, ROOT, XNLI, planted, reference_filters, restart_pii_turn,
+                          sample_pages)
 
 datatrove = pytest.importorskip("datatrove", reason="datatrove (the dev extra) is not installed")
 from datatrove.data import Document  # noqa: E402
@@ -51,7 +52,7 @@ def pages() -> list[str]:
 def check_filters(lang: str, profile, texts: list[str], step: int) -> None:
     ours = [cls(profile.section(cls.name)) for cls in FILTERS]
     theirs = reference_filters(lang)
-    docs = texts + planted(lang, ours[2].params(lang).p.stop_words, step)
+    docs = texts + planted(lang, ours[2].params(lang).p.stop_words, step) + boundary_docs(lang)
     mismatches, dropped = [], set()
     for text in docs:
         for flt, ref in zip(ours, theirs):
@@ -94,9 +95,7 @@ def test_formatters_write_datatrove_text(profile, pages: list[str]) -> None:
     for step, formatter in pairs:
         changed = 0
         for text in texts:
-            for replacer in ("emails_replacer", "ip_replacer"):  # ours starts each document's turn at
-                if hasattr(formatter, replacer):  # the first replacement (README: differences)
-                    getattr(formatter, replacer)._replace_i = 0
+            restart_pii_turn(formatter)
             expected = formatter.format(text)
             result = step({"text": text, "lang": "en"})
             assert result["text"] == expected, (step.name, text[:80])

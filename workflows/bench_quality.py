@@ -30,7 +30,7 @@ from pipeline.steps.base import Drop  # noqa: E402
 from pipeline.steps.formatters import Ftfy, Pii, SymbolLines  # noqa: E402
 from pipeline.steps.lid import LanguageIdentifier, LidConfig  # noqa: E402
 from pipeline.steps.quality import FineWebQuality, GopherQuality, GopherRepetition  # noqa: E402
-from quality_docs import XNLI, reference_filters  # noqa: E402
+from quality_docs import XNLI, reference_filters, restart_pii_turn  # noqa: E402
 
 STAGES = ("gopher_repetition", "fineweb_quality", "gopher_quality", "ftfy", "pii", "symbol_lines")
 
@@ -94,6 +94,7 @@ def datatrove() -> Chain:
             seconds[name] += time.perf_counter() - start
             if result is not True:
                 return result[1], text
+        restart_pii_turn(formatters[1])
         for name, formatter in zip(STAGES[3:], formatters):
             start = time.perf_counter()
             doc.text = formatter.format(doc.text)
@@ -133,10 +134,8 @@ def main() -> None:
             outputs[name] = results
     theirs, mine = (outputs[name] for name in sides)
     differ = sum(a != b for a, b in zip(theirs, mine))
-    if differ:
-        raise SystemExit(f"{differ} documents got a different decision or text: the benchmark compares different work")
     kept = sum(reason is None for reason, _ in mine)
-    print(f"decisions and text identical on all {len(docs)} documents ({kept} kept)")
+    print(f"decisions and text identical on {len(docs) - differ} of {len(docs)} documents ({kept} kept)")
     print(f"\n| stage | datatrove 0.10.1 (s) | this project (s) | ratio |\n|---|---:|---:|---:|")
     (dt_wall, dt_stages), (our_wall, our_stages) = best["datatrove 0.10.1"], best["this project"]
     for stage in STAGES:
@@ -144,6 +143,8 @@ def main() -> None:
         print(f"| {stage} | {a:.2f} | {b:.2f} | {a / b if b else float('inf'):.1f}x |")
     print(f"| **whole chain** ({len(docs) / dt_wall:.0f} vs {len(docs) / our_wall:.0f} docs/s) | {dt_wall:.2f} | "
           f"{our_wall:.2f} | **{dt_wall / our_wall:.1f}x** |")
+    if differ:
+        raise SystemExit(f"{differ} documents got a different decision or text: the benchmark compared different work")
 
 
 if __name__ == "__main__":
