@@ -132,3 +132,22 @@ def test_url_filter_decides_as_datatrove(tmp_path, pages: list[str]) -> None:
         assert step.check(url) == expected, url
         reasons.add(expected)
     assert reasons >= {None, "domain", "subdomain", "url", "hard_blacklisted", "soft_blacklisted", "blacklisted_subword"}
+
+
+def test_repeated_ngrams_count_as_datatrove_counts_them() -> None:
+    """Random word lists from a tiny vocabulary whose words join ambiguously ("ab"+"c" = "a"+"bc"):
+    our walk over the repeated n-grams only sums what datatrove's walk over every position sums."""
+    import random
+
+    from datatrove.pipeline.filters.gopher_repetition_filter import find_all_duplicate, find_top_duplicate
+
+    from pipeline.steps.quality import ngrams, repeated_ngram_chars, top_ngram_chars
+
+    rng = random.Random(20261125)
+    for _ in range(3000):
+        vocab = ["a", "b", "ab", "c", "bc", "abc", "d"][: rng.randint(1, 7)]
+        words = [rng.choice(vocab) for _ in range(rng.randint(0, 60))]
+        for n in range(1, 11):
+            assert repeated_ngram_chars(words, n) == find_all_duplicate(words, n), (words, n)
+            if len(words) >= n:
+                assert top_ngram_chars(words, n) == find_top_duplicate(ngrams(words, n, " ")), (words, n)

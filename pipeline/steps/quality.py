@@ -121,20 +121,25 @@ def top_ngram_chars(words: list[str], n: int) -> int:
 
 def repeated_ngram_chars(words: list[str], n: int) -> int:
     """Characters in n-grams (joined without spaces) that repeat an earlier one, an n-gram found
-    again skipping the next n words (Gopher's duplicate n-gram fraction, as datatrove counts it)."""
+    again skipping the next n words (Gopher's duplicate n-gram fraction, as datatrove counts it).
+
+    Only n-grams that occur twice or more can be found again, so the walk visits just those (in
+    order, minus the skipped): the same sum as datatrove's walk over every position."""
     grams = ngrams(words, n, "")
-    if len(set(grams)) == len(grams):
+    counts = Counter(grams)
+    if len(counts) == len(grams):
         return 0
     seen: set[str] = set()
-    repeated, i = 0, 0
-    while i < len(grams):
+    repeated, free = 0, 0
+    for i in [i for i, gram in enumerate(grams) if counts[gram] > 1]:
+        if i < free:
+            continue
         gram = grams[i]
         if gram in seen:
             repeated += len(gram)
-            i += n
+            free = i + n
         else:
             seen.add(gram)
-            i += 1
     return repeated
 
 
