@@ -25,6 +25,7 @@ bench: setup
 	$(PY) workflows/capacity.py --out docs/capacity.md
 	$(PY) workflows/bench_perplexity.py
 	$(PY) workflows/bench_neardup.py
+	$(PY) workflows/bench_quality.py
 	$(PY) workflows/bench_tokenize.py
 	$(PY) workflows/bench_loader.py
 	$(PY) workflows/bench_models.py --configs xlmr-tiny,mdeberta-tiny --seq 128,512 --batch 8
