@@ -23,7 +23,7 @@ from ..util.configfile import override
 from ..util.errors import UserError
 from .base import Document, Drop, RunInfo, Step, StepResult
 from .punctuation import PUNCTUATION_SET, TERMINAL_PUNCTUATION
-from .words import split_words, tokenizer_for
+from .words import sentence_fallback, split_sentences, split_words, tokenizer_for
 
 GOPHER_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 """Gopher's English stop words (datatrove's default)."""
@@ -346,3 +346,85 @@ class FineWebQuality(LanguageFilter):
         if words and text.count("\n") / len(words) > p.new_line_ratio:
             return "list_ratio"
         return None
+
+
+@dataclasses.dataclass
+class C4QualityConfig(PerLanguage):
+    split_paragraph: bool = True
+    """Work on lines (C4); false: on the language's sentences."""
+    remove_citations: bool = True
+    """Remove Wikipedia-style citations ([1], [edit], [citation needed])."""
+    filter_no_terminal_punct: bool = True
+    """Remove lines not ending in . ? ! " ' (or ending in ...)."""
+    min_num_sentences: int = 5
+    """Drop documents with fewer sentences in their kept lines (-1: off)."""
+    min_words_per_line: int = 3
+    """Remove lines with fewer words (split at whitespace; -1: off)."""
+    max_word_length: int = 1000
+    """Remove lines with a longer word (-1: off)."""
+    filter_lorem_ipsum: bool = True
+    """Drop documents with "lorem ipsum"."""
+    filter_javascript: bool = True
+    """Remove lines mentioning javascript."""
+    filter_curly_bracket: bool = True
+    """Drop documents with a "{" in a kept line."""
+    filter_policy: bool = True
+    """Remove lines about terms of use, privacy or cookie policies."""
+
+
+CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+END_PUNCTUATION = (".", "?", "!", '"', "'")
+POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+class C4Quality(LanguageFilter):
+    """C4's rules (Raffel et al. 2020), as datatrove's ``C4QualityFilter``: removes lines, keeps the
+    rest of the document, or drops it. Off in FineWeb-2 (it found them harmful), here for users
+    who want them."""
+
+    name = "c4_quality"
+    Config = C4QualityConfig
+    counters = (*LanguageFilter.counters, "sentence_fallback", "lorem_ipsum", "curly_bracket", "too_few_sentences",
+                "lines_too_long_word",
+                "lines_no_terminal_punct", "lines_too_few_words", "lines_javascript", "lines_policy", "lines_kept")
+
+    def __call__(self, doc: Document) -> StepResult:
+        lang = doc.get("lang") or "unknown"
+        p = self.params(lang)
+        text = doc.get("text") or ""
+        if sentence_fallback(lang):
+            self.count(f"sentence_fallback/{lang}")
+        lines = text.splitlines() if p.split_paragraph else split_sentences(text, lang)
+        kept, sentences = [], 0
+        for line in lines:
+            line = line.strip()
+            words = line.split()
+            if p.max_word_length != -1 and any(len(word) > p.max_word_length for word in words):
+                self.count("lines_too_long_word")
+                continue
+            if p.remove_citations:
+                line = CITATION.sub("", line)
+            if p.filter_no_terminal_punct and (not line.endswith(END_PUNCTUATION) or line.endswith("...")):
+                self.count("lines_no_terminal_punct")
+                continue
+            if len(words) < p.min_words_per_line:
+                self.count("lines_too_few_words")
+                continue
+            lower = line.lower()
+            if p.filter_lorem_ipsum and "lorem ipsum" in lower:
+                return Drop("lorem_ipsum")
+            if p.filter_javascript and "javascript" in lower:
+                self.count("lines_javascript")
+                continue
+            if p.filter_curly_bracket and "{" in line:
+                return Drop("curly_bracket")
+            if p.filter_policy and any(phrase in lower for phrase in POLICY):
+                self.count("lines_policy")
+                continue
+            if p.min_num_sentences != -1:
+                sentences += len(split_sentences(line, lang)) if p.split_paragraph else 1
+            kept.append(line)
+            self.count("lines_kept")
+        if sentences < p.min_num_sentences:
+            return Drop("too_few_sentences")
+        return {**doc, "text": ("\n" if p.split_paragraph else " ").join(kept).strip()}

@@ -150,6 +150,61 @@ def _checked(tok: WordTokenizer, module: str) -> WordTokenizer:
     return tok
 
 
+@functools.cache
+def _spacy_sentences(code: str) -> Any:
+    nlp = _spacy.__wrapped__(code)  # a pipeline of its own: the tokenizer's stays without pipes
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+def sentence_ends(text: str, lang: str) -> list[int]:
+    """Where each sentence of ``text`` ends, as datatrove's ``span_tokenize`` finds them (spaCy's
+    sentencizer; PyThaiNLP's or the Indic NLP Library's splitter, each sentence found in turn)."""
+    tok = tokenizer_for(lang)
+    if sentence_fallback(lang):
+        tok = WordTokenizer(lang, "spacy", lang)
+    if tok.kind in ("thai", "indic"):
+        if tok.kind == "thai":
+            from pythainlp.tokenize import sent_tokenize
+
+            sents = _strip(sent_tokenize(text))
+        else:
+            from indicnlp.tokenize.sentence_tokenize import sentence_split
+
+            sents = _strip(sentence_split(text, lang=tok.code))
+        if len(sents) == 1:
+            return [len(text)]
+        ends, at = [], 0
+        for sent in sents:
+            found = text.find(sent, at)
+            if found < 0:  # the splitter changed the text (Indic NLP spaces out "a.b.com"): no place
+                continue  # to cut, the sentence joins the next one (datatrove raises ValueError here)
+            at = found + len(sent)
+            ends.append(at)
+        return ends or [len(text)]
+    nlp = _spacy_sentences(tok.code)
+    nlp.max_length = len(text) + 10
+    with nlp.memory_zone():
+        return [sent.end_char for sent in nlp(text).sents]
+
+
+@functools.cache
+def sentence_fallback(lang: str) -> str:
+    """Why ``lang``'s sentences come from spaCy's rules rather than datatrove's splitter ('' when
+    they do not): the Indic NLP Library splits Urdu with urduhack, which needs TensorFlow."""
+    import importlib.util
+
+    if tokenizer_for(lang).kind == "indic" and lang == "ur" and importlib.util.find_spec("urduhack") is None:
+        return "urduhack (TensorFlow) is not installed"
+    return ""
+
+
+def split_sentences(text: str, lang: str) -> list[str]:
+    """``text`` cut at its sentence ends (the pieces cover it whole), as datatrove's ``split_into_sentences``."""
+    ends = sentence_ends(text, lang)
+    return [text[a:b] for a, b in zip([0] + ends[:-1], ends[:-1] + [len(text)])]
+
+
 @functools.lru_cache(maxsize=4)
 def split_words(text: str, lang: str) -> list[str]:
     """``text``'s words in language ``lang``; the last few are remembered, so filters running one
