@@ -13,7 +13,7 @@ from typing import Any
 
 from .output.layout import FORMATS
 from .output.shards import SCHEMAS
-from .report.sampling import UNITS
+from .report.sampling import UNITS, check_rehydration
 from .steps import closest, registry, resolve
 from .steps.base import Step
 from .steps.perplexity import BUCKETS
@@ -57,6 +57,8 @@ class SamplingConfig:
     """characters or documents: what n_i counts."""
     buckets: list[str] = dataclasses.field(default_factory=list)
     """Count n_i over these buckets only, e.g. [head, middle] (default: all)."""
+    rehydration: list[list[int]] = dataclasses.field(default_factory=list)
+    """[[smallest minhash_cluster_size, copies], ...]: n_i counts each kept document that many times (FineWeb-2's: [[1, 1], [2, 2], [3, 3], [5, 5], [100, 8], [1000, 1]]; empty: off)."""
 
 
 @dataclasses.dataclass
@@ -147,6 +149,9 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: st
 
 def _validate(cfg: CorpusConfig, source: str) -> None:
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
+    problem = check_rehydration(cfg.sampling.rehydration)
+    if problem:
+        raise UserError(f"{source}: sampling.rehydration: {problem}")
     for value in cfg.sampling.buckets:
         if value not in (*BUCKETS, "all"):
             raise UserError(f"{source}: sampling.buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")

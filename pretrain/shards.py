@@ -10,6 +10,11 @@ already written. A document goes to ``valid`` when the hash of its id falls unde
 ``--valid-fraction``; a language left without one gets its lowest-hash document (if it has two or
 more). ``meta.json`` (written last) holds the tokenizer fingerprint, vocabulary size, per-language
 documents and tokens, and q_i over training tokens.
+
+With ``--rehydration`` (FineWeb-2's schedule, ``fineweb2``, or your own ``[[size, copies], ...]``)
+a training document is written as many times as its ``minhash_cluster_size`` earns it (held-out
+documents once): the loader then samples it, and its language, by that weight. Counts before the
+copies are kept in ``shard.json`` and ``meta.json`` (``train_documents_before``, ``train_tokens_before``).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ import numpy as np
 
 from pipeline.output import stores
 from pipeline.util.errors import UserError
-from pipeline.report.sampling import sampling_weights
+from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_rehydration, copies, sampling_weights
 
 from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
 
@@ -71,6 +76,7 @@ class ShardJob:
     lang: str
     valid_fraction: float
     forced: str | None
+    rehydration: tuple[tuple[int, int], ...] = ()
 
 
 _WORKER_TOKENIZER: Tokenizer | None = None
@@ -97,7 +103,9 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
     tokenizer = tokenizer or _WORKER_TOKENIZER
     assert tokenizer is not None
     texts, ids = read_columns(job.source, "text", "id")
+    sizes = read_columns(job.source, "minhash_cluster_size")[0] if job.rehydration else [None] * len(ids)
     is_valid = [valid_score(i) < job.valid_fraction or i == job.forced for i in ids]
+    before = [0, 0]  # training documents and tokens before the copies
     parts: dict[str, tuple[list[np.ndarray], list[int]]] = {s: ([], []) for s in SPLITS}
     empty = 0
     for start in range(0, len(texts), ENCODE_BATCH):
@@ -109,13 +117,16 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
                 empty += 1
                 continue
             split = "valid" if is_valid[start + k] else "train"
-            parts[split][0].append(tokens[ends[k] - length:ends[k]])
-            parts[split][1].append(length)
+            times = 1 if split == "valid" else copies(sizes[start + k] or 1, job.rehydration)
+            if split == "train":
+                before[0], before[1] = before[0] + 1, before[1] + length
+            parts[split][0].extend([tokens[ends[k] - length:ends[k]]] * times)
+            parts[split][1].extend([length] * times)
     tmp = job.target.with_name(f"{job.target.name}.tmp-{uuid.uuid4().hex}")
     tmp.mkdir(parents=True)
     info: dict[str, Any] = {"source": posixpath.basename(job.source), "fingerprint": tokenizer.fingerprint,
                             "vocab_size": tokenizer.vocab_size, "valid_fraction": job.valid_fraction,
-                            "empty_documents": empty}
+                            "empty_documents": empty, "rehydration": [list(pair) for pair in job.rehydration]}
     for split, (chunks, lengths) in parts.items():
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
         offsets = np.zeros(len(lengths) + 1, np.int64)
@@ -124,6 +135,7 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
         np.save(tmp / f"{split}.offsets.npy", offsets)
         info[split] = {"documents": len(lengths), "tokens": int(offsets[-1]),
                        "max_id": int(tokens.max()) if len(tokens) else -1}
+    info["train"].update(documents_before=before[0], tokens_before=before[1])
     write_json(tmp / SHARD_META, info)
     if job.target.exists():
         shutil.rmtree(job.target)
@@ -143,6 +155,9 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
     if info.get("valid_fraction") != job.valid_fraction:
         raise UserError(f"token shard {job.target}: written with --valid-fraction {info.get('valid_fraction')}, "
                         f"now {job.valid_fraction}; use a new --out")
+    if info.get("rehydration", []) != [list(pair) for pair in job.rehydration]:
+        raise UserError(f"token shard {job.target}: written with --rehydration {info.get('rehydration', [])}, "
+                        f"now {[list(pair) for pair in job.rehydration]}; use a new --out")
     return info
 
 
@@ -155,12 +170,17 @@ def target_of(shard: str, corpus: str) -> Path:
 
 def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Path, *, buckets: Iterable[str] = (),
                     languages: Iterable[str] = (), valid_fraction: float = 0.01, alpha: float | None = None,
-                    workers: int = 1, progress: bool = False, store_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                    workers: int = 1, progress: bool = False, store_options: dict[str, Any] | None = None,
+                    rehydration: Iterable[Iterable[int]] = ()) -> dict[str, Any]:
     """Write the token shards (skipping those already written) and ``meta.json``; returns the meta."""
     from tqdm import tqdm
 
     if not 0 <= valid_fraction < 1:
         raise UserError(f"--valid-fraction {valid_fraction}: must be in [0, 1)")
+    schedule = tuple((int(size), int(times)) for size, times in rehydration)
+    problem = check_rehydration([list(pair) for pair in schedule])
+    if problem:
+        raise UserError(f"--rehydration: {problem}")
     tokenizer = Tokenizer.load(tokenizer_dir)
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
@@ -170,7 +190,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         if previous.get("tokenizer", {}).get("fingerprint") != tokenizer.fingerprint:
             raise UserError(f"token shards {out}: written with another tokenizer; use a new --out")
     forced = forced_valid(shards, valid_fraction)
-    jobs = [ShardJob(path, out / target_of(path, corpus), lang, valid_fraction, forced.get(lang))
+    jobs = [ShardJob(path, out / target_of(path, corpus), lang, valid_fraction, forced.get(lang), schedule)
             for lang, paths in shards.items() for path in paths]
     infos: dict[Path, dict[str, Any]] = {}
     for job in jobs:
@@ -195,6 +215,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
                 bar.update()
     bar.close()
     meta = shards_meta(jobs, infos, tokenizer, tokenizer_dir, corpus, buckets, valid_fraction, alpha)
+    meta["rehydration"] = [list(pair) for pair in schedule]
     write_json(out / META, meta)
     return meta
 
@@ -210,6 +231,9 @@ def shards_meta(jobs: list[ShardJob], infos: dict[Path, dict[str, Any]], tokeniz
         for split in SPLITS:
             for key in ("documents", "tokens"):
                 row[f"{split}_{key}"] = row.get(f"{split}_{key}", 0) + info[split][key]
+        for key in ("documents", "tokens"):  # shards written before rehydration existed: no copies
+            row[f"train_{key}_before"] = row.get(f"train_{key}_before", 0) + info["train"].get(f"{key}_before",
+                                                                                          info["train"][key])
     empty = [lang for lang, row in languages.items() if not row["train_tokens"]]
     if empty:
         raise UserError(f"lang={empty[0]}: no training tokens after tokenization (empty language; leave it out "
@@ -337,6 +361,19 @@ class TokenShards:
                             f"{tokenizer.vocab_size}): use the same tokenizer or rerun `pretrain tokenize`")
 
 
+def rehydration_arg(value: str) -> tuple[tuple[int, int], ...]:
+    """``--rehydration``: ``fineweb2`` or a JSON list of ``[smallest cluster size, copies]``."""
+    import json
+
+    if value == "fineweb2":
+        return FINEWEB2_REHYDRATION
+    try:
+        pairs = json.loads(value)
+        return tuple((int(size), int(times)) for size, times in pairs)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected fineweb2 or a JSON list such as [[1, 1], [2, 2]]") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
                         "local or s3:// gs://")
@@ -349,6 +386,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "with none gets its lowest-hash document when it has two or more)")
     parser.add_argument("--alpha", type=float, default=None,
                         help="exponent of the q_i recorded in meta.json (default: the tokenizer's alpha)")
+    parser.add_argument("--rehydration", type=rehydration_arg, default=(), metavar="SCHEDULE",
+                        help="repeat each training document by its minhash_cluster_size: fineweb2 (FineWeb-2's "
+                             "x1/x2/x3/x5/x8/x1 for sizes 1/2/3-4/5-99/100-999/1000+) or a JSON list of "
+                             "[smallest size, copies] (default: off)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes tokenizing shards in parallel (default: all cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -358,7 +399,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     meta = tokenize_corpus(args.corpus, args.tokenizer, args.out, buckets=args.buckets, languages=args.languages,
                            valid_fraction=args.valid_fraction, alpha=args.alpha, workers=args.workers,
-                           progress=not args.no_progress, store_options=stores.open_stores(args, {"--corpus": args.corpus}))
+                           progress=not args.no_progress, store_options=stores.open_stores(args, {"--corpus": args.corpus}),
+                           rehydration=args.rehydration)
     print(f"{'lang':<6} {'train docs':>10} {'train tokens':>13} {'valid docs':>10} {'valid tokens':>12} {'q':>7}")
     for lang, row in meta["languages"].items():
         print(f"{lang:<6} {row['train_documents']:>10} {row['train_tokens']:>13} {row['valid_documents']:>10} "

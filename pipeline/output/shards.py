@@ -94,6 +94,20 @@ def partition_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str], tuple[int
         yield (row["lang"], row["bucket"]), (row["chars_count"], row["chars_sum"], row["bytes_sum"])
 
 
+def cluster_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str, int], tuple[int, int]]]:
+    """``((lang, bucket, minhash_cluster_size), (documents, characters))`` of a table's rows (size 1
+    where near-dup did not run)."""
+    if "minhash_cluster_size" in table.column_names:
+        sizes = pc.fill_null(table.column("minhash_cluster_size"), 1)
+    else:
+        sizes = pa.array([1] * table.num_rows, pa.int32())
+    sums = pa.table({"lang": table.column("lang"), "bucket": table.column("bucket"), "size": sizes,
+                     "chars": pc.utf8_length(table.column("text"))}
+                    ).group_by(["lang", "bucket", "size"]).aggregate([("chars", "count"), ("chars", "sum")])
+    for row in sums.to_pylist():
+        yield (row["lang"], row["bucket"], int(row["size"])), (row["chars_count"], row["chars_sum"])
+
+
 def split_by_shard(table: pa.Table, totals: Mapping[tuple[str, str], int],
                    target_bytes: int) -> Iterator[tuple[tuple[str, str, int], pa.Table]]:
     """The rows of ``table`` grouped by ``(lang, bucket, shard)``; ``totals`` are each partition's bytes."""

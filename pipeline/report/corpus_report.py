@@ -194,11 +194,19 @@ def sampling_section(sampling: dict[str, Any]) -> Section:
     plot = _hbar(names, series, "share of the training mix (%)", f"Alpha-sampling over {sampling['unit']}") if names else \
         _empty_plot("Alpha-sampling", "no language to sample")
     buckets = sampling.get("buckets", "all")
-    return Section("Alpha-sampling", paragraphs=[
+    tables = [Table(["language", "n_i", "p_i %", *[f"q_i % (α={a:g})" for a in alphas]], rows)]
+    paragraphs = [
         f"q_i ∝ p_i^α over n_i = {sampling['unit']} per language (buckets: {buckets if isinstance(buckets, str) else ', '.join(buckets)}); "
-        f"α = {alpha:g} is configured (XLM-R: 0.3). Smaller α raises low-resource languages; α = 0 samples every language equally."],
-        plots=[("sampling.png", plot)],
-        tables=[Table(["language", "n_i", "p_i %", *[f"q_i % (α={a:g})" for a in alphas]], rows)])
+        f"α = {alpha:g} is configured (XLM-R: 0.3). Smaller α raises low-resource languages; α = 0 samples every language equally."]
+    rehydration = sampling.get("rehydration")
+    if rehydration:
+        schedule = ", ".join(f"x{times} from {size}" for size, times in rehydration["schedule"])
+        paragraphs.append(f"Rehydrated (FineWeb-2): a kept document counts as many times as its near-duplicate cluster's "
+                          f"size says ({schedule}); n_i above counts the copies.")
+        tables.append(Table(["language", "documents", "documents rehydrated", "characters", "characters rehydrated"],
+                            [[lang, _n(row["documents"]), _n(row["documents_rehydrated"]), _n(row["characters"]),
+                              _n(row["characters_rehydrated"])] for lang, row in rehydration["languages"].items()]))
+    return Section("Alpha-sampling", paragraphs=paragraphs, plots=[("sampling.png", plot)], tables=tables)
 
 
 def _median(histogram: list[list[int]], base: float) -> float:

@@ -1,7 +1,7 @@
 """Per-language statistics and alpha-sampling weights (XLM-R: q_i ∝ p_i^α)."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 UNITS = ("characters", "documents")
 EXCLUDED = ("unknown",)
@@ -25,3 +25,49 @@ def sampling_report(languages: Mapping[str, Mapping[str, int]], alpha: float, un
     """``sampling.json``: α, unit and n_i, p_i, q_i per language (``unknown`` left out)."""
     sizes = {lang: counts[unit] for lang, counts in languages.items() if lang not in EXCLUDED}
     return {"alpha": alpha, "unit": unit, "languages": sampling_weights(sizes, alpha)}
+
+
+FINEWEB2_REHYDRATION = ((1, 1), (2, 2), (3, 3), (5, 5), (100, 8), (1000, 1))
+"""FineWeb-2's schedule, (smallest cluster size, copies): x1 for 1, x2 for 2, x3 for 3-4, x5 for
+5-99, x8 for 100-999, x1 for 1000 and more (a cluster that large is spam, not popularity)."""
+
+
+def check_rehydration(schedule: list[list[int]]) -> str | None:
+    """What is wrong with a rehydration schedule (None when nothing is): [size, copies] pairs,
+    sizes rising from 1, copies at least 1."""
+    if not schedule:
+        return None
+    if any(len(pair) != 2 or pair[1] < 1 for pair in schedule):
+        return f"expected [smallest cluster size, copies >= 1] pairs, got {schedule!r}"
+    sizes = [pair[0] for pair in schedule]
+    if sizes[0] != 1 or sizes != sorted(set(sizes)):
+        return f"cluster sizes must rise from 1 without repeats, got {sizes}"
+    return None
+
+
+def copies(cluster_size: int, schedule: Iterable[Iterable[int]]) -> int:
+    """How many times a kept document of a near-duplicate cluster of ``cluster_size`` is repeated
+    (the copies of the largest schedule size at most ``cluster_size``; 1 without a schedule)."""
+    n = 1
+    for size, times in schedule:
+        if cluster_size < size:
+            break
+        n = times
+    return n
+
+
+def rehydrated(sizes: Mapping[tuple[str, int], tuple[int, int]], schedule: Iterable[Iterable[int]]
+               ) -> dict[str, dict[str, int]]:
+    """Per language, documents and characters before and after rehydration, from the
+    ``(lang, cluster size) -> (documents, characters)`` sums."""
+    schedule = [tuple(pair) for pair in schedule]
+    out: dict[str, dict[str, int]] = {}
+    for (lang, size), (documents, characters) in sorted(sizes.items()):
+        entry = out.setdefault(lang, {"documents": 0, "characters": 0, "documents_rehydrated": 0,
+                                      "characters_rehydrated": 0})
+        times = copies(size, schedule)
+        entry["documents"] += documents
+        entry["characters"] += characters
+        entry["documents_rehydrated"] += documents * times
+        entry["characters_rehydrated"] += characters * times
+    return out

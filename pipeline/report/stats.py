@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pyarrow as pa
 
 from ..output import fs
-from ..output.shards import partition_sums, write_json
-from .sampling import sampling_report
+from ..output.shards import cluster_sums, partition_sums, write_json
+from .sampling import rehydrated, sampling_report
 
 if TYPE_CHECKING:
     from ..config import CorpusConfig
@@ -20,6 +20,9 @@ Counts = dict[str, dict[str, int]]
 DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
 Totals = dict[tuple[str, str], tuple[int, int, int]]
 Bins = Counter[tuple[str, int]]
+Clusters = dict[tuple[str, str, int], tuple[int, int]]
+"""``(lang, bucket, minhash_cluster_size) -> (documents, characters)``: what rehydration repeats."""
+Stats = tuple[Totals, Bins, Clusters]
 
 
 def perplexity_bins(table: pa.Table) -> Bins:
@@ -29,10 +32,10 @@ def perplexity_bins(table: pa.Table) -> Bins:
                    for lang, pp in zip(langs, perplexities) if pp is not None)
 
 
-def table_stats(table: pa.Table) -> tuple[Totals, Bins]:
-    """One table's ``(totals, bins)``: per ``(lang, bucket)`` the (documents, characters, UTF-8
-    bytes) of its rows, and the perplexity histogram."""
-    return dict(partition_sums(table)), perplexity_bins(table)
+def table_stats(table: pa.Table) -> Stats:
+    """One table's ``(totals, bins, clusters)``: per ``(lang, bucket)`` the (documents, characters,
+    UTF-8 bytes) of its rows, the perplexity histogram, and documents and characters per cluster size."""
+    return dict(partition_sums(table)), perplexity_bins(table), dict(cluster_sums(table))
 
 
 def perplexity_deciles(bins: Bins) -> dict[str, list[float]]:
@@ -58,12 +61,9 @@ def deciles(bins: Iterable[tuple[int, int]]) -> list[float]:
     return result
 
 
-def sum_columns(values: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
-    """Column sums of ``(documents, characters, bytes)`` rows."""
-    documents = characters = size = 0
-    for d, c, b in values:
-        documents, characters, size = documents + d, characters + c, size + b
-    return documents, characters, size
+def sum_columns(values: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
+    """Column sums of rows such as ``(documents, characters, bytes)``."""
+    return tuple(map(sum, zip(*values)))
 
 
 def corpus_summary(totals: Totals, quantiles: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
@@ -106,23 +106,27 @@ def versions() -> dict[str, str]:
     return found
 
 
-def write_artifacts(corpus: tuple[Totals, Bins], counters: Counts, cfg: CorpusConfig, n_files: int,
+def write_artifacts(corpus: Stats, counters: Counts, cfg: CorpusConfig, n_files: int,
                     bucket_cutoffs: dict[str, dict[str, float]]) -> None:
-    """``sampling.json`` (weights over the configured buckets, and the corpus summary) and
-    ``stats.json`` (counters of every step, per-language totals, perplexity histograms and cutoffs,
-    the config). ``bucket_cutoffs``: per language, the head and tail perplexities its buckets used.
-    Both depend only on the input and config: what differs per run (runner, time)
-    goes to run.json."""
-    totals, bins = corpus
+    """``sampling.json`` (weights over the configured buckets, rehydrated when
+    ``sampling.rehydration`` is set, and the corpus summary) and ``stats.json`` (counters of every
+    step, per-language totals, perplexity histograms and cutoffs, the config). ``bucket_cutoffs``:
+    per language, the head and tail perplexities its buckets used. Both depend only on the input
+    and config: what differs per run (runner, time) goes to run.json."""
+    totals, bins, clusters = corpus
     summary = corpus_summary(totals, perplexity_deciles(bins))
-    counted: dict[str, dict[str, int]] = {}
-    for (lang, bucket), (documents, characters, _) in totals.items():
+    counted = {(lang, size): (0, 0) for (lang, bucket, size) in clusters}
+    for (lang, bucket, size), sums in clusters.items():
         if not cfg.sampling.buckets or bucket in cfg.sampling.buckets:
-            entry = counted.setdefault(lang, {"documents": 0, "characters": 0})
-            entry["documents"] += documents
-            entry["characters"] += characters
-    report = sampling_report(counted, cfg.sampling.alpha, cfg.sampling.unit)
+            counted[(lang, size)] = sum_columns([counted[(lang, size)], sums])
+    schedule = cfg.sampling.rehydration
+    languages = rehydrated(counted, schedule)
+    suffix = "_rehydrated" if schedule else ""
+    report = sampling_report({lang: {unit: row[unit + suffix] for unit in ("documents", "characters")}
+                              for lang, row in languages.items()}, cfg.sampling.alpha, cfg.sampling.unit)
     report["buckets"] = cfg.sampling.buckets or "all"
+    if schedule:
+        report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
     write_json(report, fs.join(cfg.output, "sampling.json"))
     write_json({

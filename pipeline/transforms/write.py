@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..config import WriteConfig
 from ..output import layout, shards
-from ..report.stats import Bins, Totals, sum_columns, table_stats
+from ..report.stats import Stats, sum_columns, table_stats
 from .counting import Counted, CountingDoFn
 
 
@@ -128,20 +128,22 @@ class CorpusStats(beam.CombineFn):
     """:func:`table_stats` of every table -> their sums. Sums only, so bundling does not change
     them; small inputs, so a runner that does not lift combines (Dask) moves no tables for it."""
 
-    def create_accumulator(self) -> tuple[Totals, Bins]:
-        return {}, Counter()
+    def create_accumulator(self) -> Stats:
+        return {}, Counter(), {}
 
-    def add_input(self, acc: tuple[Totals, Bins], stats: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
+    def add_input(self, acc: Stats, stats: Stats) -> Stats:
         return self.merge_accumulators([acc, stats])
 
-    def merge_accumulators(self, accs: Iterable[tuple[Totals, Bins]]) -> tuple[Totals, Bins]:
-        merged, merged_bins = self.create_accumulator()
-        for totals, bins in accs:
+    def merge_accumulators(self, accs: Iterable[Stats]) -> Stats:
+        merged, merged_bins, merged_clusters = self.create_accumulator()
+        for totals, bins, clusters in accs:
             for key, sums in totals.items():
                 merged[key] = sum_columns([merged.get(key, (0, 0, 0)), sums])
+            for key, pair in clusters.items():
+                merged_clusters[key] = sum_columns([merged_clusters.get(key, (0, 0)), pair])
             merged_bins.update(bins)
-        return merged, merged_bins
+        return merged, merged_bins, merged_clusters
 
-    def extract_output(self, acc: tuple[Totals, Bins]) -> tuple[Totals, Bins]:
-        totals, bins = acc  # in key order: the order of merging must not show
-        return dict(sorted(totals.items())), Counter(dict(sorted(bins.items())))
+    def extract_output(self, acc: Stats) -> Stats:
+        totals, bins, clusters = acc  # in key order: the order of merging must not show
+        return dict(sorted(totals.items())), Counter(dict(sorted(bins.items()))), dict(sorted(clusters.items()))

@@ -91,13 +91,18 @@ def override(cfg: Any, values: dict[str, Any], prefix: str) -> Any:
             raise UserError(f"unknown key {prefix + key!r}" + (f" (did you mean {prefix + match[0]!r}?)" if match else ""))
     return dataclasses.replace(cfg, **{k: _coerce(v, hints[k], prefix + k) for k, v in values.items()})
 
+def choice_names(choices: tuple[Any, ...]) -> str:
+    """Choices as a YAML user writes them (None is null)."""
+    return ", ".join("null" if c is None else str(c) for c in choices)
+
+
 def check_choices_and_ranges(cfg: Any, source: str, choices: dict[str, tuple[str, ...]],
                              ranges: dict[str, tuple[Any, Any]]) -> None:
     """UserError naming the first dotted key whose value is not among its choices or out of its range."""
     for key, allowed in choices.items():
         value = _get(cfg, key)
         if value not in allowed:
-            raise UserError(f"{source}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+            raise UserError(f"{source}: {key} must be one of {choice_names(allowed)}, got {value!r}")
     for key, (low, high) in ranges.items():
         value = _get(cfg, key)
         if value is None:
@@ -171,7 +176,7 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
         choices = choices_by_key.get(f"{prefix}{field.name}")
         doc = docs.get(field.name, "")
         if choices:
-            doc = f"{doc} One of: {', '.join('null' if c is None else str(c) for c in choices)}.".strip()
+            doc = f"{doc} One of: {choice_names(choices)}.".strip()
         lines.append(f"  {prefix}{field.name} ({default}){': ' + doc if doc else ''}")
     return lines
 

@@ -1,0 +1,58 @@
+"""The quality steps on bad input: config mistakes are one line naming the closest key, a language
+without values uses the section's and is counted, odd documents never raise."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.steps.base import Drop
+from pipeline.steps.formatters import Ftfy, FtfyConfig, Pii, PiiConfig, SymbolLines, SymbolLinesConfig
+from pipeline.steps.quality import (C4Quality, C4QualityConfig, FineWebQuality, FineWebQualityConfig, GopherQuality,
+                                    GopherQualityConfig, GopherRepetition, GopherRepetitionConfig)
+from pipeline.steps.url_filter import UrlFilter, UrlFilterConfig
+from pipeline.util.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["gopher_quality.min_stop_word=3"], "unknown config key 'gopher_quality.min_stop_word' (did you mean 'gopher_quality.min_stop_words'?)"),
+    (["gopher_repetition.languages.fr.dup_line_frc=0.2"], "unknown key 'languages.fr.dup_line_frc' (did you mean 'languages.fr.dup_line_frac'?)"),
+    (["gopher_repetition.languages.fr.top_n_grams=[[50, 0.1]]"], "top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20"),
+    (["fineweb_quality.languages.de.line_punct_thr=high"], "languages.de.line_punct_thr: expected a number"),
+    (["ftfy.normalization=NFX"], "ftfy.normalization must be one of"),
+    (["url_filter.soft_word_threshold=0"], "url_filter.soft_word_threshold=0 is out of range"),
+])
+def test_config_mistakes_are_one_line(sets: list[str], message: str) -> None:
+    with pytest.raises(UserError) as error:
+        load_config(PROFILE, {"output": "/tmp/x"}, sets)
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_language_without_values_uses_the_sections_and_is_counted() -> None:
+    cfg = load_config(PROFILE, {"output": "/tmp/x"})
+    step = GopherQuality(cfg.section("gopher_quality"))
+    text = " ".join(["Lorem ipsum dolor sit amet consectetur adipiscing elit."] * 10)
+    assert not isinstance(step({"text": text, "lang": "it"}), Drop)  # no stop-word check without a list
+    counts = step.take_counts()
+    assert counts["default_values/it"] == 1 and counts["default_values"] == 0  # a breakdown only
+    assert isinstance(step({"text": text, "lang": "fr"}), Drop)  # French stop words are required
+    assert "default_values/fr" not in step.take_counts()
+
+
+ODD = [{"text": ""}, {"text": None}, {}, {"text": "\x00\x01\x02"}, {"text": "\n\n\n"}, {"text": "#"},
+       {"text": "...", "lang": None}, {"text": "� " * 50, "lang": "xx-unknown"}]
+STEPS = [GopherRepetition(GopherRepetitionConfig()), FineWebQuality(FineWebQualityConfig()),
+         GopherQuality(GopherQualityConfig(min_doc_words=None, max_doc_words=None)),
+         C4Quality(C4QualityConfig()), Ftfy(FtfyConfig()), Pii(PiiConfig()), SymbolLines(SymbolLinesConfig()),
+         UrlFilter(UrlFilterConfig())]
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda s: s.name)
+def test_odd_documents_never_raise(step) -> None:
+    for doc in ODD:
+        result = step({"id": "x", **doc})
+        assert isinstance(result, (Drop, dict))
