@@ -93,6 +93,8 @@ PII_AND_MOJIBAKE = [
     "a table\n| | |\n|---|---|\n| x | y |\n||||\n\nend",
     "price: 5€ — “quoted” ‘text’ ﬁ ligature, full-width ＡＢＣ",
     "only ascii here, & an ampersand",
+    "a first line\nÃ  la carte, then Ã© and Ã¨", "Â  starts the text", "zero\u200bwidth, a \ufeffBOM and \u206a",
+    "accents à é ü ñ ç and Ã© together", "no\u0085next line, \x9d C1 alone",
 ]
 
 

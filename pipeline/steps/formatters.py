@@ -54,8 +54,11 @@ class FtfyConfig:
     choices = {"normalization": (None, "NFC", "NFD", "NFKC", "NFKD")}
 
 
-ASCII_UNTOUCHED = re.compile(r"[&\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-"""In ASCII text, only HTML entities and control characters are anything ftfy fixes."""
+FTFY_TRIGGERS = re.compile("[&\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\u206a-\u206f\ufeff\ufff9-\ufffc\ud800-\udfff]|\n[\u00c3\u00c2] ")
+"""What any of ftfy's fixers that datatrove turns on would act on, besides mojibake: an HTML entity,
+a control, C1 or surrogate character (ftfy's ``remove_control_chars``, ``fix_c1_controls``,
+``fix_surrogates``, terminal escapes), and a line starting with "Ã " or "Â ", which ftfy's
+mojibake pattern matches only at the start of a segment (it cuts the text after each line break)."""
 
 
 class Ftfy(TextStep):
@@ -67,18 +70,27 @@ class Ftfy(TextStep):
     def __init__(self, cfg: FtfyConfig, run: RunInfo = RunInfo()) -> None:
         super().__init__(cfg, run)
         self._fix: Callable[[str], str] | None = None
+        self._suspect: Callable[[str], Any] | None = None
+        self.plain = not (cfg.fix_latin_ligatures or cfg.fix_character_width or cfg.uncurl_quotes
+                          or cfg.fix_line_breaks or cfg.normalization)
 
     def setup(self) -> None:
         import ftfy
+        from ftfy.badness import BADNESS_RE
 
         config = ftfy.TextFixerConfig(**dataclasses.asdict(self.cfg))
         self._fix = lambda text: ftfy.fix_text(text, config=config)
+        self._suspect = lambda text: (len(text) > config.max_decode_length or FTFY_TRIGGERS.search(text)
+                                      or BADNESS_RE.search(text))
 
     def format(self, text: str) -> str:
+        """ftfy's fix, skipped where ftfy would change nothing: no mojibake (ftfy's own pattern, over
+        the whole text rather than line by line) and nothing else its enabled fixers touch. Exact
+        while the ``unsafe`` fixers (ligatures, width, quotes, line breaks, normalization) are off."""
         if self._fix is None:
             self.setup()
-        if text.isascii() and not ASCII_UNTOUCHED.search(text):
-            return text  # nothing for ftfy to do: its fixes need non-ASCII, '&' or control characters
+        if self.plain and not self._suspect(text):  # type: ignore[misc]
+            return text
         return self._fix(text)  # type: ignore[misc]
 
 
