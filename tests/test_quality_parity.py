@@ -139,9 +139,9 @@ def test_repeated_ngrams_count_as_datatrove_counts_them() -> None:
     our walk over the repeated n-grams only sums what datatrove's walk over every position sums."""
     import random
 
-    from datatrove.pipeline.filters.gopher_repetition_filter import find_all_duplicate, find_top_duplicate
+    from datatrove.pipeline.filters.gopher_repetition_filter import find_all_duplicate, find_top_duplicate, get_n_grams
 
-    from pipeline.steps.quality import ngrams, repeated_ngram_chars, top_ngram_chars
+    from pipeline.steps.quality import repeated_ngram_chars, top_ngram_chars
 
     rng = random.Random(20261125)
     for _ in range(3000):
@@ -150,7 +150,7 @@ def test_repeated_ngrams_count_as_datatrove_counts_them() -> None:
         for n in range(1, 11):
             assert repeated_ngram_chars(words, n) == find_all_duplicate(words, n), (words, n)
             if len(words) >= n:
-                assert top_ngram_chars(words, n) == find_top_duplicate(ngrams(words, n, " ")), (words, n)
+                assert top_ngram_chars(words, n) == find_top_duplicate(get_n_grams(words, n)), (words, n)
 
 
 C4_PLANTED = [

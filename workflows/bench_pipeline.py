@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
@@ -99,8 +100,8 @@ def build_input(sample: Path, work: Path, target_mb: float, files: int = 8) -> l
     return sorted(glob.glob(str(work / "input" / "*.warc.wet.gz")))
 
 
-def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
-    """read -> exact dedup (one in-memory partition) -> LID -> shards, with the pipeline's step functions."""
+def deduplicated(inputs: list[str], cfg) -> Iterator[dict]:
+    """read -> exact dedup (one in-memory partition) -> LID, with the pipeline's step functions."""
     files = []
     for path in inputs:
         with open(path, "rb") as f:
@@ -108,17 +109,21 @@ def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
     dedup_cfg = cfg.section("dedup")
     removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], dedup_cfg.policy)
     lid = LanguageIdentifier(cfg.section("lid"))
-    partitions = collections.defaultdict(list)
     for i, docs in enumerate(files):
         index = dedup.removal_index([removed[i]] if i in removed else [])
         for ordinal, doc in enumerate(docs):
             kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), dedup_cfg.min_length)
-            if isinstance(kept, Drop):
-                continue
-            kept = lid(kept)
-            if isinstance(kept, Drop):
-                continue
-            partitions[(kept["lang"], "all")].append(kept)  # no perplexity step: bucket all
+            if not isinstance(kept, Drop):
+                kept = lid(kept)
+            if not isinstance(kept, Drop):
+                yield kept
+
+
+def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
+    """read -> exact dedup (one in-memory partition) -> LID -> shards, with the pipeline's step functions."""
+    partitions = collections.defaultdict(list)
+    for kept in deduplicated(inputs, cfg):
+        partitions[(kept["lang"], "all")].append(kept)  # no perplexity step: bucket all
     target = int(cfg.write.shard_size_mb * 2**20)
     written = 0
     for (lang, bucket), part in partitions.items():

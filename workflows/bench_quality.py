@@ -1,9 +1,9 @@
 """Benchmark FineWeb-2's quality layer: our steps against datatrove 0.10.1's own classes, on the
 same documents in the same process (one core each, taking turns).
 
-The documents are the bundled sample's pages, copied with one word per paragraph swapped (as
-``bench_pipeline.py`` builds its input) until there are ``--docs`` of them, labelled by our LID
-step. Both sides run FineWeb-2's chain per language: Gopher repetition, FineWeb quality, Gopher
+The documents are those the quality steps see in the pipeline: ``bench_pipeline.py``'s input
+(the bundled sample's pages, then copies with one word per paragraph swapped) after exact
+paragraph dedup and LID, the first ``--docs`` in XNLI languages. Both sides run FineWeb-2's chain per language: Gopher repetition, FineWeb quality, Gopher
 quality (``configs/corpus/fineweb2.yaml``; datatrove's classes built as ``fineweb-2-pipeline.py``
 builds them), then ftfy, PII and symbol-line removal on the kept documents. Each side runs
 ``--repeat`` times, in turns, and its best time counts; the decisions and the final text are
@@ -14,7 +14,6 @@ checked identical. Prints documents/s per side and the ratio, and each stage's s
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from collections import defaultdict
@@ -24,32 +23,23 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from bench_pipeline import sample_records, vary  # noqa: E402
+from bench_pipeline import build_input, deduplicated  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.steps.base import Drop  # noqa: E402
 from pipeline.steps.formatters import Ftfy, Pii, SymbolLines  # noqa: E402
-from pipeline.steps.lid import LanguageIdentifier, LidConfig  # noqa: E402
 from pipeline.steps.quality import FineWebQuality, GopherQuality, GopherRepetition  # noqa: E402
 from quality_docs import XNLI, reference_filters, restart_pii_turn  # noqa: E402
 
 STAGES = ("gopher_repetition", "fineweb_quality", "gopher_quality", "ftfy", "pii", "symbol_lines")
 
 
-def documents(n: int) -> list[tuple[str, str]]:
-    """``n`` (text, lang) pairs: the sample's pages, then varied copies; XNLI languages only."""
-    rng = random.Random(20261125)
-    texts = [body.decode("utf-8") for _, _, body in sample_records(ROOT / "tests" / "data" / "sample")]
-    lid = LanguageIdentifier(LidConfig())
-    out: list[tuple[str, str]] = []
-    while len(out) < n:
-        for text in texts:
-            copy = text if len(out) < len(texts) else vary(text, rng)
-            lang = lid.predict(copy)[0]
-            if lang in XNLI:
-                out.append((copy, lang))
-            if len(out) == n:
-                break
-    return out
+def documents(n: int, work: Path) -> list[tuple[str, str]]:
+    """``n`` (text, lang) pairs in XNLI languages, as the quality steps see them in the pipeline:
+    bench_pipeline.py's input (the sample's pages, then copies with one word per paragraph
+    swapped) after exact paragraph dedup and LID."""
+    inputs = build_input(ROOT / "tests" / "data" / "sample", work, target_mb=max(1.0, n / 800))
+    cfg = load_config(str(ROOT / "configs" / "corpus" / "sample.yaml"), {"input": inputs, "output": str(work / "unused")})
+    return [(doc["text"], doc["lang"]) for doc in deduplicated(inputs, cfg) if doc["lang"] in XNLI][:n]
 
 
 Chain = Callable[[str, str, dict[str, float]], tuple[str | None, str]]
@@ -115,8 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=4000, help="documents to filter")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of both sides; the best time of each counts")
+    parser.add_argument("--work", default=str(ROOT / "out" / "bench-quality"), help="working directory")
     args = parser.parse_args()
-    docs = documents(args.docs)
+    docs = documents(args.docs, Path(args.work))
     langs = sorted({lang for _, lang in docs})
     mb = sum(len(text.encode()) for text, _ in docs) / 1e6
     print(f"{len(docs)} documents, {mb:.1f} MB of text, languages: {' '.join(langs)}")

@@ -91,7 +91,7 @@ def _fold_table() -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1)
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+def powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``base**k`` and ``base**-k`` modulo 2**64 for k < n (numpy integer arithmetic wraps)."""
     inverse = pow(CHAR_BASE, -1, 1 << 64)
     up, down = np.full(n, CHAR_BASE, _U64), np.full(n, inverse, _U64)
@@ -126,7 +126,7 @@ def _units(texts: Sequence[str], kind: str) -> tuple[np.ndarray, np.ndarray]:
         return x[at].astype(_U64), np.searchsorted(starts, at, side="right") - 1
     edges = np.diff((x != 0).view(np.int8), prepend=np.int8(0), append=np.int8(0))
     begin, end = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    up, down = _powers(1 << max(21, len(x).bit_length()))
+    up, down = powers(1 << max(21, len(x).bit_length()))
     prefix = np.zeros(len(x) + 1, _U64)
     np.cumsum(x.astype(_U64) * down[:len(x)], out=prefix[1:])
     # sum of x[k] * base**(end - 1 - k) over the word: position-independent polynomial hash

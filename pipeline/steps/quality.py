@@ -19,9 +19,12 @@ from collections import Counter
 from itertools import compress
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ..util.configfile import override
 from ..util.errors import UserError
 from .base import Document, Drop, RunInfo, Step, StepResult
+from .minhash import powers
 from .punctuation import PUNCTUATION_SET, TERMINAL_PUNCTUATION
 from .words import sentence_fallback, split_sentences, split_words, tokenizer_for
 
@@ -109,38 +112,86 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(counts), sum(len(item) * (n - 1) for item, n in counts.items() if n > 1)
 
 
-def ngrams(words: list[str], n: int, sep: str) -> list[str]:
-    return list(map(sep.join, zip(*(words[i:] for i in range(n)))))
+def repeats(keys: np.ndarray) -> bool:
+    """Whether any key occurs twice (a sort, cheaper than ``np.unique`` when none does)."""
+    ordered = np.sort(keys)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
+class Ngrams:
+    """The n-grams of a word list joined with ``sep``, as slices of the joined text, found equal by
+    64-bit polynomial hashes of their code points in numpy (the hash of ``minhash``); where a hash
+    decides a count, the strings themselves are compared, so a collision changes nothing."""
+
+    MIX = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, words: list[str], sep: str) -> None:
+        self.n_words, self.text = len(words), sep.join(words)
+        lengths = np.fromiter(map(len, words), np.int64, len(words))
+        self.starts = np.zeros(len(words), np.int64)
+        np.cumsum(lengths[:-1] + len(sep), out=self.starts[1:])
+        self.ends = self.starts + lengths
+        x = np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.uint64) + np.uint64(1)
+        up, self.down = powers(1 << max(21, (len(x) + 1).bit_length()))
+        self.prefix = np.zeros(len(x) + 1, np.uint64)
+        np.cumsum(x * up[:len(x)], out=self.prefix[1:])
+
+    def keys(self, n: int) -> np.ndarray:
+        """A key per n-gram (its hash, mixed with its length)."""
+        a, b = self.starts[:self.n_words - n + 1], self.ends[n - 1:]
+        return (self.prefix[b] - self.prefix[a]) * self.down[a] + (b - a).astype(np.uint64) * self.MIX
+
+    def gram(self, i: int, n: int) -> str:
+        return self.text[self.starts[i]:self.ends[i + n - 1]]
+
+    def top(self, n: int) -> int:
+        """Characters of the most frequent n-gram times its count; of equals, the one seen first
+        (``Counter.most_common``'s choice). Needs at least ``n`` words."""
+        keys = self.keys(n)
+        if not repeats(keys):  # every n-gram once: the first is the most frequent
+            return len(self.gram(0, n))
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        count = int(counts.max())
+        best = int(first[counts == count].min())
+        gram = self.gram(best, n)
+        if any(self.gram(int(i), n) != gram for i in np.flatnonzero(keys == keys[best])):  # a collision
+            gram, count = Counter(self.gram(i, n) for i in range(len(keys))).most_common(1)[0]
+        return len(gram) * count
+
+    def repeated(self, n: int) -> int:
+        """Characters in n-grams that repeat an earlier one, an n-gram found again skipping the next
+        n words (Gopher's duplicate n-gram fraction with ``sep`` "", as datatrove counts it).
+
+        Only n-grams that occur twice or more can be found again, so the walk visits just those (in
+        order, minus the skipped): the same sum as datatrove's walk over every position."""
+        if self.n_words < n:
+            return 0
+        keys = self.keys(n)
+        if not repeats(keys):
+            return 0
+        _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        seen: set[str] = set()
+        repeated, free = 0, 0
+        for i in np.flatnonzero(counts[inverse] > 1).tolist():
+            if i < free:
+                continue
+            gram = self.gram(i, n)
+            if gram in seen:
+                repeated += len(gram)
+                free = i + n
+            else:
+                seen.add(gram)
+        return repeated
 
 
 def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of the most frequent n-gram times its count (the first of equals, as Counter)."""
-    gram, count = Counter(ngrams(words, n, " ")).most_common(1)[0]
-    return len(gram) * count
+    """Characters of the most frequent n-gram (words joined by spaces) times its count."""
+    return Ngrams(words, " ").top(n)
 
 
 def repeated_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in n-grams (joined without spaces) that repeat an earlier one, an n-gram found
-    again skipping the next n words (Gopher's duplicate n-gram fraction, as datatrove counts it).
-
-    Only n-grams that occur twice or more can be found again, so the walk visits just those (in
-    order, minus the skipped): the same sum as datatrove's walk over every position."""
-    grams = ngrams(words, n, "")
-    counts = Counter(grams)
-    if len(counts) == len(grams):
-        return 0
-    seen: set[str] = set()
-    repeated, free = 0, 0
-    for i in [i for i, gram in enumerate(grams) if counts[gram] > 1]:
-        if i < free:
-            continue
-        gram = grams[i]
-        if gram in seen:
-            repeated += len(gram)
-            free = i + n
-        else:
-            seen.add(gram)
-    return repeated
+    """Characters in repeated n-grams (words joined without spaces), as datatrove counts them."""
+    return Ngrams(words, "").repeated(n)
 
 
 @dataclasses.dataclass
@@ -196,12 +247,16 @@ class GopherRepetition(LanguageFilter):
             if p.dup_line_char_frac and dup_chars / size > p.dup_line_char_frac:
                 return "dup_line_char_frac"
         words = self.words(text, lang)
-        for n, frac in p.top_n_grams:
-            if len(words) >= n and top_ngram_chars(words, int(n)) / size > frac:
-                return f"top_{int(n)}_gram"
-        for n, frac in p.dup_n_grams:
-            if repeated_ngram_chars(words, int(n)) / size > frac:
-                return f"duplicated_{int(n)}_n_grams"
+        if p.top_n_grams and words:
+            spaced = Ngrams(words, " ")
+            for n, frac in p.top_n_grams:
+                if len(words) >= n and spaced.top(int(n)) / size > frac:
+                    return f"top_{int(n)}_gram"
+        if p.dup_n_grams and words:
+            joined = Ngrams(words, "")
+            for n, frac in p.dup_n_grams:
+                if joined.repeated(int(n)) / size > frac:
+                    return f"duplicated_{int(n)}_n_grams"
         return None
 
 

@@ -20,8 +20,8 @@ Tokens are datatrove's: stripped, empty ones dropped. spaCy's rule-based tokeniz
 text on whitespace first and tokenizes each piece on its own, so for those languages a piece's
 tokens are cached (per process): most words of a page have been seen before, and spaCy then
 runs only on new pieces; the tokens are spaCy's own (``tests/test_quality_parity.py`` compares
-them with datatrove's on every document). Segmenters that look across spaces (jieba, pyvi,
-PyThaiNLP, Indic NLP) get the whole text.
+them with datatrove's on every document). jieba's are cached per line, which it never looks past.
+Segmenters that look across lines (pyvi's CRF, PyThaiNLP, Indic NLP) get the whole text.
 """
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ from typing import Any, Callable
 SPACY_CODE = {"sw": "tn"}
 """Languages datatrove tokenizes with another language's spaCy rules (its ``tok_code``)."""
 SPACY_CONFIG: dict[str, dict[str, Any]] = {"zh": {"nlp": {"tokenizer": {"segmenter": "jieba"}}}}
-WHOLE_TEXT_SPACY = {"zh", "vi", "ja", "ko"}
-"""spaCy languages whose tokenizer is a segmenter looking across spaces (no per-piece cache)."""
+WHOLE_TEXT_SPACY = {"vi", "ja", "ko"}
+"""spaCy languages whose tokenizer is a segmenter looking across spaces and lines (no cache)."""
+PIECES: dict[str, Callable[[str], list[str]]] = {"spacy": str.split, "jieba": lambda text: text.split("\n")}
+"""Per kind, the pieces a text is tokenized in one by one (tokens cached per piece): spaCy's rules
+never look past a space, jieba never past a line break (its blocks are runs of Han characters,
+letters and digits)."""
 INDIC = {"hi", "ur"}
 FALLBACK = "xx"
 CACHE_ENTRIES = 500_000
@@ -50,7 +54,7 @@ class WordTokenizer:
 
     lang: str
     kind: str
-    """spacy, spacy-whole, thai or indic."""
+    """spacy, jieba, spacy-whole, thai or indic."""
     code: str
     """The spaCy or Indic NLP language code it runs with."""
     fallback: str = ""
@@ -63,10 +67,11 @@ class WordTokenizer:
     def words(self, text: str) -> list[str]:
         if self._run is None:
             self._run = self._load()
-        if self.kind != "spacy":
+        split = PIECES.get(self.kind)
+        if split is None:
             return self._run(text)
         cache, out = self._cache, []
-        for piece in text.split():
+        for piece in split(text):
             tokens = cache.get(piece)
             if tokens is None:
                 if len(cache) >= CACHE_ENTRIES:
@@ -85,7 +90,7 @@ class WordTokenizer:
 
             return lambda text: _strip(trivial_tokenize(text, self.code))
         nlp = _spacy(self.code)
-        if self.code == "zh":  # spaCy's Chinese tokenizer makes its tokens of jieba's words as they are:
+        if self.kind == "jieba":  # spaCy's Chinese tokenizer makes its tokens of jieba's words as they are:
             import logging
 
             import jieba  # call jieba without building a spaCy Doc (a third of the time)
@@ -133,7 +138,7 @@ def tokenizer_for(lang: str) -> WordTokenizer:
         return WordTokenizer(lang, "spacy", FALLBACK, fallback="spaCy is not installed")
     except Exception:  # spaCy's catalogue raises its own error for a language it does not have
         return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy has no rules for {code!r}")
-    kind = "spacy-whole" if code in WHOLE_TEXT_SPACY else "spacy"
+    kind = "jieba" if code == "zh" else "spacy-whole" if code in WHOLE_TEXT_SPACY else "spacy"
     tok = WordTokenizer(lang, kind, code)
     try:
         _spacy(code)
