@@ -125,6 +125,7 @@ def _spacy(code: str) -> Any:
 @functools.cache
 def tokenizer_for(lang: str) -> WordTokenizer:
     """The word tokenizer of language ``lang`` (an ISO 639-1 code, as lid.176 labels)."""
+    _CACHED.add(lang)
     if lang == "th":
         return _checked(WordTokenizer(lang, "thai", "th"), "pythainlp")
     if lang in INDIC:
@@ -215,3 +216,15 @@ def split_words(text: str, lang: str) -> list[str]:
     """``text``'s words in language ``lang``; the last few are remembered, so filters running one
     after another on the same document tokenize it once (as datatrove's ``split_into_words``)."""
     return tokenizer_for(lang).words(text)
+
+
+def forget_words() -> None:
+    """Empty the per-process caches of tokens (loaded tokenizers stay): a benchmark's next round
+    then sees its documents as a worker sees new ones."""
+    split_words.cache_clear()
+    for lang in _CACHED:
+        tokenizer_for(lang)._cache.clear()
+
+
+_CACHED: set[str] = set()
+"""Languages whose tokenizer has been asked for (their caches are what ``forget_words`` empties)."""
