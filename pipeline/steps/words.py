@@ -40,6 +40,8 @@ never look past a space, jieba never past a line break (its blocks are runs of H
 letters and digits)."""
 INDIC = {"hi", "ur"}
 FALLBACK = "xx"
+_CACHED: set[str] = set()
+"""Languages whose tokenizer has been asked for (their caches are what ``forget_words`` empties)."""
 CACHE_ENTRIES = 500_000
 """Pieces whose tokens are remembered per process (then the cache starts again)."""
 
@@ -224,7 +226,3 @@ def forget_words() -> None:
     split_words.cache_clear()
     for lang in _CACHED:
         tokenizer_for(lang)._cache.clear()
-
-
-_CACHED: set[str] = set()
-"""Languages whose tokenizer has been asked for (their caches are what ``forget_words`` empties)."""
