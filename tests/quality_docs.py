@@ -168,7 +168,7 @@ def latin(i: int) -> str:
 def boundary_docs(lang: str) -> list[str]:
     """For each of ``lang``'s FineWeb-2 values, the two documents just either side of it: moving any
     one value in the profile (by 0.001 for a fraction, 1 for a length) changes a decision."""
-    from pipeline.steps.quality import LINES, duplicates, repeated_ngram_chars, top_ngram_chars
+    from pipeline.steps.quality import LINES, Ngrams, duplicates
     from pipeline.steps.words import split_words
 
     v = reference_values(lang)
@@ -189,12 +189,12 @@ def boundary_docs(lang: str) -> list[str]:
         gram = " ".join(latin(5000 + j) for j in range(n))
         base = " ".join(f"{gram} {latin(i)}" for i in range(60))
         add(bracket(lambda k: base + " " + " ".join(latin(9000 + i) for i in range(k)),
-                    lambda t: top_ngram_chars(words(t), n) / len(t) > frac), f"top_{n}_gram")
+                    lambda t: Ngrams(words(t), " ").top(n) / len(t) > frac), f"top_{n}_gram")
     for n, frac in v["dup_n_grams"]:
         phrase = " ".join(latin(6000 + j) for j in range(n))
         base = " ".join(f"{phrase} {latin(i)}" for i in range(30))
         add(bracket(lambda k: base + " " + " ".join(latin(9000 + i) for i in range(k)),
-                    lambda t: repeated_ngram_chars(words(t), n) / len(t) > frac), f"duplicated_{n}_n_grams")
+                    lambda t: Ngrams(words(t), "").repeated(n) / len(t) > frac), f"duplicated_{n}_n_grams")
     # FineWeb quality: lines ending in punctuation, line breaks per word, repeated-line characters
     bare = [f"{latin(i)} {latin(i + 3)}" for i in range(1000)]
     if v["line_punct_thr"] > 0:

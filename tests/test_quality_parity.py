@@ -141,16 +141,16 @@ def test_repeated_ngrams_count_as_datatrove_counts_them() -> None:
 
     from datatrove.pipeline.filters.gopher_repetition_filter import find_all_duplicate, find_top_duplicate, get_n_grams
 
-    from pipeline.steps.quality import repeated_ngram_chars, top_ngram_chars
+    from pipeline.steps.quality import Ngrams
 
     rng = random.Random(20261125)
     for _ in range(3000):
         vocab = ["a", "b", "ab", "c", "bc", "abc", "d"][: rng.randint(1, 7)]
         words = [rng.choice(vocab) for _ in range(rng.randint(0, 60))]
         for n in range(1, 11):
-            assert repeated_ngram_chars(words, n) == find_all_duplicate(words, n), (words, n)
+            assert Ngrams(words, "").repeated(n) == find_all_duplicate(words, n), (words, n)
             if len(words) >= n:
-                assert top_ngram_chars(words, n) == find_top_duplicate(get_n_grams(words, n)), (words, n)
+                assert Ngrams(words, " ").top(n) == find_top_duplicate(get_n_grams(words, n)), (words, n)
 
 
 C4_PLANTED = [

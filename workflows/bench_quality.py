@@ -135,7 +135,7 @@ def main() -> None:
     differ = sum(a != b for a, b in zip(theirs, mine))
     kept = sum(reason is None for reason, _ in mine)
     print(f"decisions and text identical on {len(docs) - differ} of {len(docs)} documents ({kept} kept)")
-    print(f"\n| stage | datatrove 0.10.1 (s) | this project (s) | ratio |\n|---|---:|---:|---:|")
+    print("\n| stage | datatrove 0.10.1 (s) | this project (s) | ratio |\n|---|---:|---:|---:|")
     (dt_wall, dt_stages), (our_wall, our_stages) = best["datatrove 0.10.1"], best["this project"]
     for stage in STAGES:
         a, b = dt_stages.get(stage, 0.0), our_stages.get(stage, 0.0)

@@ -1,5 +1,6 @@
 """Quality filters as FineWeb-2 applies them, per language: Gopher repetition, Gopher quality and
-FineWeb quality, with datatrove 0.10.1's semantics, order of checks and drop reasons
+FineWeb quality (and C4's, which FineWeb-2 leaves out), with datatrove 0.10.1's semantics, order of
+checks and drop reasons
 (``tests/test_quality_parity.py`` runs datatrove's own classes beside them).
 
 Each section's keys are the datatrove class's arguments; ``languages:`` overrides any of them per
@@ -50,10 +51,10 @@ class PerLanguage:
 
     def validate(self) -> None:
         for lang in self.languages:
-            self.for_language(lang).check()
-        self.check()
+            self.for_language(lang).check_values()
+        self.check_values()
 
-    def check(self) -> None:
+    def check_values(self) -> None:
         """Checks of one language's values (UserError)."""
 
 
@@ -184,16 +185,6 @@ class Ngrams:
         return repeated
 
 
-def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of the most frequent n-gram (words joined by spaces) times its count."""
-    return Ngrams(words, " ").top(n)
-
-
-def repeated_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in repeated n-grams (words joined without spaces), as datatrove counts them."""
-    return Ngrams(words, "").repeated(n)
-
-
 @dataclasses.dataclass
 class GopherRepetitionConfig(PerLanguage):
     dup_line_frac: float | None = 0.3
@@ -210,7 +201,7 @@ class GopherRepetitionConfig(PerLanguage):
         default_factory=lambda: [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
     """[n, fraction]: drop when repeated n-grams cover more than this fraction of characters."""
 
-    def check(self) -> None:
+    def check_values(self) -> None:
         _check_ngrams("top_n_grams", self.top_n_grams)
         _check_ngrams("dup_n_grams", self.dup_n_grams)
 
