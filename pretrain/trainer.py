@@ -216,7 +216,10 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, 
         "gradient_accumulation_steps": accum,
         "train_batch_size": global_batch,
         "gradient_clipping": opt.grad_clip,
-        "bf16": {"enabled": use_bf16(cfg.precision)},
+        # bf16 has fp32's exponent range: no loss scale, so DeepSpeed's per-parameter overflow test before
+        # every step (on by default since DeepSpeed PR #6976, for fp16) only costs time, 14 ms a step on an H100
+        # at micro-batch 16 (BENCHMARKS.md); a non-finite loss still shows in metrics.jsonl
+        "bf16": {"enabled": use_bf16(cfg.precision), "check_grad_overflow": False},
         "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": list(opt.betas), "eps": opt.eps,
                                                   "weight_decay": opt.weight_decay, "torch_adam": torch_adam}},
     })

@@ -98,13 +98,13 @@ def test_deepspeed_config_from_json_and_run(tmp_path: Path, monkeypatch: pytest.
     ds = deepspeed_config(cfg, 2, "run.yaml")
     assert ds["zero_optimization"]["stage"] == 3
     assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (32, 4, 4)
-    assert ds["bf16"] == {"enabled": False} and ds["optimizer"]["params"]["torch_adam"] is True  # CPU
+    assert ds["bf16"] == {"enabled": False, "check_grad_overflow": False} and ds["optimizer"]["params"]["torch_adam"] is True  # CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     ds = deepspeed_config(cfg, 2, "run.yaml")
-    assert ds["bf16"] == {"enabled": True} and ds["optimizer"]["params"]["torch_adam"] is False
+    assert ds["bf16"] == {"enabled": True, "check_grad_overflow": False} and ds["optimizer"]["params"]["torch_adam"] is False
     cfg.precision = "fp32"
-    assert deepspeed_config(cfg, 2, "run.yaml")["bf16"] == {"enabled": False}
+    assert deepspeed_config(cfg, 2, "run.yaml")["bf16"]["enabled"] is False
     clash = tmp_path / "ds.json"
     clash.write_text('{"zero_optimization": {"stage": 2}, "train_batch_size": 16}')
     cfg.deepspeed = str(clash)
