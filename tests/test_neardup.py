@@ -211,8 +211,10 @@ def test_config_defaults_and_validation():
     lsh = MinHashLSH(threshold=0.8, num_perm=128)
     assert cfg.band_rows() == (lsh.b, lsh.r) == (9, 13)
     assert NearDupConfig(bands=16, rows=8).band_rows() == (16, 8)
+    assert NearDupConfig(scheme="datatrove").band_rows() == (14, 8)  # datatrove's buckets x hashes per bucket
+    NearDupConfig(scheme="datatrove", bands=20, rows=8).validate()  # num_perm is the datasketch scheme's
     assert cfg.min_matches() == 103  # 103/128 >= 0.8 > 102/128
-    bad = [dict(shingle="bigram"), dict(scope="world"), dict(word_ngram=0), dict(num_perm=0),
+    bad = [dict(scheme="minhash"), dict(shingle="bigram"), dict(scope="world"), dict(word_ngram=0), dict(num_perm=0),
            dict(threshold=0.0), dict(threshold=1.5), dict(bands=4), dict(bands=20, rows=7),
            dict(bands=0, rows=4), dict(max_iterations=0), dict(seed=-1)]
     for values in bad:

@@ -13,7 +13,7 @@ import pytest
 from test_step_contract import digests
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = "[dedup, lid, gopher_repetition, fineweb_quality, gopher_quality, ftfy, pii, symbol_lines]"
+STEPS = "[dedup, lid, near_dedup, gopher_repetition, fineweb_quality, gopher_quality, ftfy, pii, symbol_lines]"
 RUNS = {
     "direct1": ["--set", "beam_options=[]"],
     "direct2": ["--set", "beam_options=[--direct_num_workers=2,--direct_running_mode=multi_processing]"],
@@ -51,6 +51,7 @@ def test_every_filter_is_counted_per_language_and_in_the_funnel(outputs) -> None
             assert sum(v for k, v in counters[step].items() if k.startswith(f"{reason}/")) == n, (step, reason)
         assert len(list((out / "removed" / step).glob("part-*.jsonl"))) > 0
     assert counters["pii"]["changed"] > 0
+    assert counters["near_dedup"]["near_duplicate"] > 0 and counters["near_dedup"]["clusters"] > 0  # scheme datatrove
     funnel = (out / "report" / "report.md").read_text(encoding="utf-8").split("## ")[1]
     for step in ("gopher_repetition", "fineweb_quality", "gopher_quality"):
         assert f"| after {step} | {counters[step]['documents_out']:,} |" in funnel

@@ -1,5 +1,5 @@
-"""The ``near_dedup`` step: MinHash near-duplicate removal (the maths in ``minhash``, the Beam
-stage in ``pipeline.transforms.near_dedup``).
+"""The ``near_dedup`` step: MinHash near-duplicate removal (the maths in ``minhash`` and, for
+``scheme: datatrove``, ``minhash_datatrove``; the Beam stage in ``pipeline.transforms.near_dedup``).
 
 Where it stands in ``steps:`` is where it runs: after ``lid`` (the default) it compares documents
 within their language (``scope: language``); before ``lid`` it needs ``scope: global``.
@@ -12,9 +12,16 @@ from ..util.errors import UserError
 from .base import Step
 from .minhash import SCOPES, SHINGLES, optimal_bands
 
+SCHEMES = ("datasketch", "datatrove")
+DATATROVE_BANDS = (14, 8)
+"""datatrove's ``MinhashConfig`` buckets x hashes per bucket (FineWeb-2's)."""
+
 
 @dataclasses.dataclass
 class NearDupConfig:
+    scheme: str = "datasketch"
+    """datasketch (our shingles, datasketch's permutations, LSH with verification, distributed clustering, smallest
+    id kept) or datatrove (FineWeb-2's: datatrove's MinhashDedup stages; uses word_ngram, bands, rows and seed only)."""
     shingle: str = "auto"
     """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
     word_ngram: int = 5
@@ -26,9 +33,10 @@ class NearDupConfig:
     threshold: float = 0.8
     """Jaccard similarity from which two documents are near-duplicates."""
     bands: int | None = None
-    """LSH bands; with rows unset too, derived from threshold and num_perm (datasketch's optimizer, equal weights)."""
+    """LSH bands; with rows unset too, derived from threshold and num_perm (datasketch's optimizer, equal weights),
+    or 14 for scheme datatrove (its buckets)."""
     rows: int | None = None
-    """Signature positions per LSH band (bands x rows <= num_perm)."""
+    """Signature positions per LSH band (bands x rows <= num_perm); 8 for scheme datatrove (its hashes per bucket)."""
     verify: bool = True
     """Keep a candidate pair only if its estimated Jaccard (from the signatures) reaches threshold."""
     seed: int = 1
@@ -38,13 +46,15 @@ class NearDupConfig:
     max_iterations: int = 20
     """Large-star/small-star rounds of the connected components (counter near_dedup/cc_not_converged > 0 if too few)."""
 
-    choices = {"shingle": SHINGLES, "scope": SCOPES}
+    choices = {"scheme": SCHEMES, "shingle": SHINGLES, "scope": SCOPES}
 
     def validate(self) -> None:
         """Raise :class:`UserError` naming the first bad value."""
         def fail(message: str) -> None:
             raise UserError(message)
 
+        if self.scheme not in SCHEMES:
+            fail(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if self.shingle not in SHINGLES:
             fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
         if self.scope not in SCOPES:
@@ -61,13 +71,15 @@ class NearDupConfig:
         if self.bands is not None and self.rows is not None:
             if self.bands < 1 or self.rows < 1:
                 fail(f"bands and rows must be >= 1, got {self.bands} x {self.rows}")
-            if self.bands * self.rows > self.num_perm:
+            if self.scheme == "datasketch" and self.bands * self.rows > self.num_perm:
                 fail(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
 
     def band_rows(self) -> tuple[int, int]:
         """``(bands, rows)``: as configured, or minimizing false positives + false negatives."""
         if self.bands is not None and self.rows is not None:
             return self.bands, self.rows
+        if self.scheme == "datatrove":
+            return DATATROVE_BANDS
         return optimal_bands(self.threshold, self.num_perm)
 
     def min_matches(self) -> int:
@@ -80,8 +92,8 @@ CLUSTER_SIZES = "near_dedup_cluster_sizes"
 
 
 class NearDedup(Step):
-    """Global step: removes every document of a near-duplicate cluster but its smallest id, and
-    sets ``minhash_cluster_size`` on the kept one."""
+    """Global step: removes every document of a near-duplicate cluster but one (the smallest id;
+    datatrove's union-find root under ``scheme: datatrove``), and sets ``minhash_cluster_size`` on the kept one."""
 
     name = "near_dedup"
     Config = NearDupConfig

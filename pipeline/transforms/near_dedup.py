@@ -1,5 +1,6 @@
 """The ``near_dedup`` step in Beam: band keys, LSH buckets, connected components unrolled in the
-graph, and the join that keeps one document per cluster (the maths: ``pipeline.steps.minhash``)."""
+graph (or, for ``scheme: datatrove``, datatrove's pairs and one union-find per scope), and the join
+that keeps one document per cluster (the maths: ``pipeline.steps.minhash`` and ``minhash_datatrove``)."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Sequence
@@ -12,6 +13,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from ..steps.base import Document
 from ..steps.minhash import (_fold_table, band_keys, bucket_edges, is_empty, large_star, resolve, shingle_kind,
                              signatures, small_star)
+from ..steps.minhash_datatrove import band_keys as datatrove_band_keys, run_pairs, shingles, signature, union_find
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
 from .apply import REMOVED, removed_record
 from .counting import MAIN, Counted, CountingDoFn
@@ -163,6 +165,58 @@ class CandidateEdges(CountingDoFn):
         yield from edges
 
 
+class DatatroveBandKeys(CountingDoFn):
+    """A document -> ``((scope, bucket, its values), id)`` per bucket (datatrove's signature stage)."""
+
+    def __init__(self, cfg: NearDupConfig) -> None:
+        super().__init__(NearDedup.name)
+        self.cfg = cfg
+        self.bands, self.rows = cfg.band_rows()
+
+    def process(self, doc: Document) -> Iterator[tuple[tuple[str, int, bytes], str]]:
+        cfg = self.cfg
+        self.count("signatures")
+        sig = signature(shingles(doc["text"], doc.get("lang"), cfg.word_ngram), self.bands * self.rows, cfg.seed)
+        if sig is None:
+            self.count("no_shingles")
+            return
+        scope = (doc.get("lang") or "") if cfg.scope == "language" else ""
+        for band, key in enumerate(datatrove_band_keys(sig, self.bands, self.rows)):
+            yield (scope, band, key), doc["id"]
+
+
+class BucketPairs(CountingDoFn):
+    """A bucket's equal signatures -> ``(scope, ((bucket, values, i), pair))``: its pairs, each with
+    its place in datatrove's order of pairs."""
+
+    def __init__(self) -> None:
+        super().__init__(NearDedup.name)
+
+    def process(self, item: tuple[tuple[str, int, bytes], Iterable[str]]) -> Iterator[tuple[str, Any]]:
+        (scope, band, key), ids = item
+        pairs = run_pairs(ids)
+        if not pairs:
+            return
+        self.count("candidate_buckets")
+        self.count("edges", len(pairs))
+        for i, pair in enumerate(pairs):
+            yield scope, ((band, key, i), pair)
+
+
+class UnionFind(CountingDoFn):
+    """A scope's pairs -> main ``(id, kept id)`` per removed document, ``size``: ``(kept id, size)``."""
+
+    def __init__(self) -> None:
+        super().__init__(NearDedup.name)
+
+    def process(self, item: tuple[str, Iterable[Any]]) -> Iterator[Any]:
+        removed, sizes = union_find([pair for _, pair in sorted(item[1])])
+        yield from sorted(removed.items())
+        for kept, size in sorted(sizes.items()):
+            self.count("clusters")
+            yield beam.pvalue.TaggedOutput("size", (kept, size))
+
+
 class ApplyNearDup(CountingDoFn):
     """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
 
@@ -202,14 +256,24 @@ class NearDedupTransform(beam.PTransform):
 
     def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg = self.cfg
-        edges = (
-            docs
-            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
-            | "BandKeys" >> Counted(BandKeys(cfg))
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
-        )
-        clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
+        if cfg.scheme == "datatrove":
+            clusters = (
+                docs
+                | "BandKeys" >> Counted(DatatroveBandKeys(cfg))
+                | "GroupByBucket" >> beam.GroupByKey()
+                | "BucketPairs" >> Counted(BucketPairs())
+                | "GroupByScope" >> beam.GroupByKey()
+                | "UnionFind" >> Counted(UnionFind(), outputs=("size",))
+            )
+        else:
+            edges = (
+                docs
+                | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
+                | "BandKeys" >> Counted(BandKeys(cfg))
+                | "GroupByBucket" >> beam.GroupByKey()
+                | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
+            )
+            clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
         keyed = docs | "KeyById" >> beam.Map(_by_id)
         return (
             {"doc": keyed, "parent": clusters[MAIN], "size": clusters["size"]}
