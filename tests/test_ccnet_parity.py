@@ -101,10 +101,13 @@ def ccnet_mine(ccnet: types.SimpleNamespace, files: list[Path], hash_in_mem: int
     return {(doc["url"], doc["digest"]): doc for doc in bucketed}
 
 
-def our_run(tmp: Path, inputs: Path, groups: int, fmt: str, lms: Path, cutoffs: Path) -> dict[tuple[str, str], dict]:
-    out = tmp / f"ours-{groups}-{fmt}"
+def our_run(tmp: Path, inputs: Path, group_files: int | None, fmt: str, lms: Path,
+            cutoffs: Path) -> dict[tuple[str, str], dict]:
+    """The ccnet profile on ``inputs``, its dedup groups as shipped or of ``group_files`` files."""
+    out = tmp / f"ours-{group_files}-{fmt}"
+    groups = [] if group_files is None else ["--set", f"dedup.group_files={group_files}"]
     assert main(["run", "--no-progress", "--config", PROFILE, "--input", str(inputs / "*.warc.wet.gz"),
-                 "--output", str(out), "--set", f"dedup.groups={groups}", "--set", f"write.format={fmt}",
+                 "--output", str(out), *groups, "--set", f"write.format={fmt}",
                  "--set", f"perplexity.models={lms}", "--set", f"perplexity.cutoffs={cutoffs}"]) == 0
     if fmt == "json":
         rows = [json.loads(line) for p in sorted(out.glob("*.json.gz")) for line in gzip.open(p, "rt", encoding="utf-8")]
@@ -214,14 +217,17 @@ def inputs(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
     return folder, planted_files(folder)
 
 
-@pytest.mark.parametrize("groups, fmt", [(1, "json"), (2, "arrow")])
-def test_ccnet_profile_keeps_exactly_ccnets_documents(ccnet, inputs, sample_lms, tmp_path, groups, fmt):
+@pytest.mark.parametrize("group_files, fmt", [(None, "json"), (3, "arrow")])
+def test_ccnet_profile_keeps_exactly_ccnets_documents(ccnet, inputs, sample_lms, tmp_path, group_files, fmt):
+    """As shipped (6 files, fewer than one CCNet group: CCNet's hash_in_mem of 50 one-file shards)
+    and with groups of 3 files (hash_in_mem 3): two groups."""
     folder, near = inputs
     files = sorted(folder.glob("*.warc.wet.gz"))
     assert len(files) == 6
     cutoffs = tmp_path / "cutoff.csv"
-    theirs = ccnet_mine(ccnet, files, len(files) // groups, sample_lms, cutoffs, tmp_path)
-    ours = our_run(tmp_path, folder, groups, fmt, sample_lms, cutoffs)
+    theirs = ccnet_mine(ccnet, files, group_files or 50, sample_lms, cutoffs, tmp_path)
+    ours = our_run(tmp_path, folder, group_files, fmt, sample_lms, cutoffs)
+    groups = 1 if group_files is None else 2
 
     assert len(theirs) > 1900 and sorted(ours) == sorted(theirs)
     for key, doc in theirs.items():

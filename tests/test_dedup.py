@@ -105,23 +105,25 @@ def test_remove_paragraphs_results():
 
 
 def test_groups_are_runs_of_consecutive_files_as_ccnet_cuts_a_dump():
-    """CCNet: shard s holds segments s*n//1600 .. (s+1)*n//1600; a group is 50 shards."""
-    for n in (64000, 63999, 100, 5):
+    """CCNet: shard s holds segments s*n//1600 .. (s+1)*n//1600; a group is 50 shards: a dump's
+    files / 32 per group, whatever part of it a run reads."""
+    for n in (64000, 63999, 90000, 100, 5):
         shard_starts = [s * n // 1600 for s in range(1600)]
         for i in range(0, n, max(1, n // 997)):
             shard = max(s for s, start in enumerate(shard_starts) if start <= i)
-            assert group_of(i, n, 32) == shard // 50, (n, i)
-    assert [group_of(i, 4, 2) for i in range(4)] == [0, 0, 1, 1]
-    assert [group_of(i, 3, 1) for i in range(3)] == [0, 0, 0]
+            assert group_of(i, n / 32) == shard // 50, (n, i)
+    assert [group_of(i, 2) for i in range(4)] == [0, 0, 1, 1]
+    assert [group_of(i, 2000) for i in (0, 2, 1999, 2000)] == [0, 0, 0, 1]  # 3 files: one group, as in CCNet
+    assert [group_of(i, 0) for i in range(3)] == [0, 0, 0]
 
 
-@pytest.mark.parametrize("policy, groups", [("drop_all", 1), ("keep_first", 1), ("drop_all", 2)])
-def test_beam_two_pass_dedup_on_wet_files(policy, groups, tmp_path):
+@pytest.mark.parametrize("policy, group_files", [("drop_all", 0), ("keep_first", 2000), ("drop_all", 1)])
+def test_beam_two_pass_dedup_on_wet_files(policy, group_files, tmp_path):
     paths = write_wet(tmp_path)
-    wanted = EXPECTED[policy] if groups == 1 else GROUPS_OF_ONE_FILE
+    wanted = EXPECTED[policy] if group_files != 1 else GROUPS_OF_ONE_FILE
     expected = [(k, v) for k, v in wanted.items() if len(v) >= 10]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         files = p | beam.Create(list(enumerate(paths)))
-        step = ParagraphDedup(DedupConfig(policy=policy, min_length=10, groups=groups), RunInfo(len(paths)))
+        step = ParagraphDedup(DedupConfig(policy=policy, min_length=10, group_files=group_files), RunInfo(len(paths)))
         out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
         assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))

@@ -11,16 +11,17 @@ occurrences to remove. Policies:
 * ``keep_first``: the first occurrence in (input path order, position in file, line) stays.
 
 Under both, a paragraph repeated inside one document only keeps its first copy (as CCNet's
-``finalize_doc`` does). With ``groups`` > 1 the input files are cut into that many runs of
-consecutive files, each deduplicated on its own (CCNet's ``hash_in_mem`` groups of shards).
+``finalize_doc`` does). With ``group_files`` the input files are cut into runs of that many
+consecutive files by their place in the input, each deduplicated on its own (CCNet's
+``hash_in_mem`` groups of shards); a run over fewer files is one group.
 Documents left shorter than ``min_length`` characters are dropped.
 
 The Beam side (the two passes) is ``pipeline.transforms.dedup``; this module is Beam-free.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
+from fractions import Fraction
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -37,13 +38,13 @@ class DedupConfig:
     """drop_all (CCNet: every copy of a paragraph found in two or more documents goes) or keep_first (the first copy in input order stays). Either way a paragraph repeated inside one document keeps its first copy only."""
     min_length: int = 300
     """Documents with fewer characters left after dedup are dropped."""
-    groups: int = 1
-    """Dedup within this many groups of consecutive input files (path order), each on its own; 1: globally. CCNet: 32 (1600 shards, 50 a group)."""
+    group_files: float = 0
+    """Consecutive input files (by place in the input, path order) deduplicated together, each group on its own; 0: all files, one group. CCNet's groups (50 of its 1600 shards) are a dump's files / 32: 2000 for 64,000 files; a fraction places the boundaries as CCNet's (2812.5 for 90,000)."""
     partitions: int = 0
     """Hash partitions grouped separately (memory per group ~ 1/partitions of all paragraphs). 0: auto, min(4096, max(8, input files))."""
 
     choices = {"policy": POLICIES}
-    ranges = {"min_length": (0, None), "partitions": (0, 1 << 20), "groups": (1, 1 << 20)}
+    ranges = {"min_length": (0, None), "partitions": (0, 1 << 20), "group_files": (0, None)}
 
 
 class ParagraphDedup(Step):
@@ -122,10 +123,13 @@ def removal_index(removals: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[int
     return index
 
 
-def group_of(index: int, n_files: int, groups: int) -> int:
-    """The dedup group of input file ``index``: group ``g`` holds files ``g*n//groups`` up to
-    ``(g+1)*n//groups`` (CCNet's shards of a dump, and its groups of ``hash_in_mem`` shards)."""
-    return bisect.bisect_right([g * n_files // groups for g in range(groups)], index) - 1
+def group_of(index: int, group_files: float) -> int:
+    """The dedup group of input file ``index`` (0-based): group ``g`` holds files ``floor(g*k)`` up
+    to ``floor((g+1)*k)`` for ``k = group_files``, as CCNet's group ``g`` holds the segments of its
+    shards ``50g`` to ``50g+49`` when a dump of ``32k`` files is cut into 1600 shards; 0 if ``k`` is 0."""
+    if not group_files:
+        return 0
+    return -(-(index + 1) // Fraction(group_files)) - 1  # ceil((index + 1) / k) - 1, exactly
 
 
 def remove_paragraphs(doc: Document, removed: Iterable[int], min_length: int) -> StepResult:

@@ -22,12 +22,12 @@ from .counting import Counted, CountingDoFn
 class HashFile(beam.DoFn):
     """Dedup pass 1: (file index, path) -> ((group, partition), (file index, paragraph occurrences))."""
 
-    def __init__(self, cfg: ReadConfig, partitions: int, n_files: int, groups: int) -> None:
-        self.cfg, self.partitions, self.n_files, self.groups = cfg, partitions, n_files, groups
+    def __init__(self, cfg: ReadConfig, partitions: int, group_files: float) -> None:
+        self.cfg, self.partitions, self.group_files = cfg, partitions, group_files
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[tuple[int, int], tuple[int, dedup.Occurrences]]]:
         index, path = item
-        group = dedup.group_of(index, self.n_files, self.groups)
+        group = dedup.group_of(index, self.group_files)
         docs = (r for r in read_ahead(read_file(path, self.cfg)) if isinstance(r, dict))
         for part, table in dedup.Occurrences.of(docs).partitions(self.partitions):
             yield (group, part), (index, table)
@@ -101,7 +101,7 @@ class ReadAndDedup(beam.PTransform):
             partitions = cfg.partitions or min(4096, max(8, n_files))
             duplicates = (
                 files
-                | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, n_files, cfg.groups))
+                | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, cfg.group_files))
                 | "GroupByPartition" >> beam.GroupByKey()
                 | "FindDuplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy).items())
             )
