@@ -56,3 +56,25 @@ def test_odd_documents_never_raise(step) -> None:
     for doc in ODD:
         result = step({"id": "x", **doc})
         assert isinstance(result, (Drop, dict))
+
+
+def test_ftfy_shortcut_never_skips_a_text_ftfys_badness_pattern_matches() -> None:
+    """``may_be_bad`` is a necessary condition of ftfy's ``BADNESS_RE``: on random strings of the
+    pattern's own characters, ASCII and spaces, every match is let through."""
+    import random
+
+    ftfy_badness = pytest.importorskip("ftfy.badness", reason="the quality extra (ftfy) is not installed")
+    from pipeline.steps.formatters import badness_conditions, may_be_bad
+
+    conditions = badness_conditions(ftfy_badness.BADNESS_RE)
+    assert conditions is not None and len(conditions) > 30
+    alphabet = sorted({c for sets in conditions for s in sets for c in s}) + list("aZ ,.(°") * 20
+    rng = random.Random(0)
+    matched = skipped = 0
+    for _ in range(30_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 7)))
+        bad = ftfy_badness.BADNESS_RE.search(text) is not None
+        assert may_be_bad(text, conditions) or not bad, repr(text)
+        matched += bad
+        skipped += not may_be_bad(text, conditions)
+    assert matched > 3000 and skipped > 3000

@@ -136,6 +136,17 @@ class Ngrams:
         up, self.down = powers(1 << max(21, (len(x) + 1).bit_length()))
         self.prefix = np.zeros(len(x) + 1, np.uint64)
         np.cumsum(x * up[:len(x)], out=self.prefix[1:])
+        self.distinct_from = self.n_words + 1
+        """The smallest n found with every n-gram distinct: then every longer n-gram is distinct too."""
+
+    def distinct(self, n: int) -> bool:
+        """Whether every n-gram occurs once (equal keys are equal strings, or a collision: then False)."""
+        if n >= self.distinct_from:
+            return True
+        if repeats(self.keys(n)):
+            return False
+        self.distinct_from = n
+        return True
 
     def keys(self, n: int) -> np.ndarray:
         """A key per n-gram (its hash, mixed with its length)."""
@@ -148,9 +159,9 @@ class Ngrams:
     def top(self, n: int) -> int:
         """Characters of the most frequent n-gram times its count; of equals, the one seen first
         (``Counter.most_common``'s choice). Needs at least ``n`` words."""
-        keys = self.keys(n)
-        if not repeats(keys):  # every n-gram once: the first is the most frequent
+        if self.distinct(n):  # every n-gram once: the first is the most frequent
             return len(self.gram(0, n))
+        keys = self.keys(n)
         _, first, counts = np.unique(keys, return_index=True, return_counts=True)
         count = int(counts.max())
         best = int(first[counts == count].min())
@@ -165,12 +176,9 @@ class Ngrams:
 
         Only n-grams that occur twice or more can be found again, so the walk visits just those (in
         order, minus the skipped): the same sum as datatrove's walk over every position."""
-        if self.n_words < n:
+        if self.n_words < n or self.distinct(n):
             return 0
-        keys = self.keys(n)
-        if not repeats(keys):
-            return 0
-        _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        _, inverse, counts = np.unique(self.keys(n), return_inverse=True, return_counts=True)
         seen: set[str] = set()
         repeated, free = 0, 0
         for i in np.flatnonzero(counts[inverse] > 1).tolist():
@@ -307,13 +315,16 @@ class GopherQuality(LanguageFilter):
         known = self._alpha
         if len(known) > 1_000_000:
             known.clear()
-        return [known[w] if w in known else known.setdefault(w, any(c.isalpha() for c in w)) for w in words]
+        get = known.get
+        return [v if (v := get(w)) is not None else known.setdefault(w, any(c.isalpha() for c in w)) for w in words]
 
     def _not_symbol(self, words: list[str]) -> list[bool]:
         known = self._symbols
         if len(known) > 1_000_000:
             known.clear()
-        return [known[w] if w in known else known.setdefault(w, not PUNCTUATION_SET.issuperset(w)) for w in words]
+        get = known.get
+        return [v if (v := get(w)) is not None else known.setdefault(w, not PUNCTUATION_SET.issuperset(w))
+                for w in words]
 
     def check(self, text: str, lang: str, q: _Quality) -> str | None:
         p = q.p
