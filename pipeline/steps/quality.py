@@ -18,7 +18,7 @@ import dataclasses
 import re
 from collections import Counter
 from itertools import compress
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -113,10 +113,12 @@ def duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(counts), sum(len(item) * (n - 1) for item, n in counts.items() if n > 1)
 
 
-def repeats(keys: np.ndarray) -> bool:
-    """Whether any key occurs twice (a sort, cheaper than ``np.unique`` when none does)."""
-    ordered = np.sort(keys)
-    return bool((ordered[1:] == ordered[:-1]).any())
+def _sorted_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, same)``: the positions of ``keys`` in sorted order, and whether each sorted key
+    after the first equals the one before it (what ``np.unique`` does, without its overhead)."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    return order, ordered[1:] == ordered[:-1]
 
 
 class Ngrams:
@@ -126,9 +128,12 @@ class Ngrams:
 
     MIX = np.uint64(0x9E3779B97F4A7C15)
 
-    def __init__(self, words: list[str], sep: str) -> None:
+    def __init__(self, words: list[str], sep: str, lengths: np.ndarray | None = None) -> None:
+        """``lengths``: the words' lengths, if already counted."""
         self.n_words, self.text = len(words), sep.join(words)
-        lengths = np.fromiter(map(len, words), np.int64, len(words))
+        if lengths is None:
+            lengths = np.fromiter(map(len, words), np.int64, len(words))
+        self.lengths = lengths
         self.starts = np.zeros(len(words), np.int64)
         np.cumsum(lengths[:-1] + len(sep), out=self.starts[1:])
         self.ends = self.starts + lengths
@@ -138,15 +143,6 @@ class Ngrams:
         np.cumsum(x * up[:len(x)], out=self.prefix[1:])
         self.distinct_from = self.n_words + 1
         """The smallest n found with every n-gram distinct: then every longer n-gram is distinct too."""
-
-    def distinct(self, n: int) -> bool:
-        """Whether every n-gram occurs once (equal keys are equal strings, or a collision: then False)."""
-        if n >= self.distinct_from:
-            return True
-        if repeats(self.keys(n)):
-            return False
-        self.distinct_from = n
-        return True
 
     def keys(self, n: int) -> np.ndarray:
         """A key per n-gram (its hash, mixed with its length)."""
@@ -159,12 +155,17 @@ class Ngrams:
     def top(self, n: int) -> int:
         """Characters of the most frequent n-gram times its count; of equals, the one seen first
         (``Counter.most_common``'s choice). Needs at least ``n`` words."""
-        if self.distinct(n):  # every n-gram once: the first is the most frequent
+        if n >= self.distinct_from:  # every n-gram once: the first is the most frequent
             return len(self.gram(0, n))
         keys = self.keys(n)
-        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        order, same = _sorted_runs(keys)
+        if not same.any():
+            self.distinct_from = n
+            return len(self.gram(0, n))
+        starts = np.flatnonzero(np.concatenate(([True], ~same)))
+        counts = np.diff(starts, append=len(keys))
         count = int(counts.max())
-        best = int(first[counts == count].min())
+        best = int(np.minimum.reduceat(order, starts)[counts == count].min())  # seen first, of the most frequent
         gram = self.gram(best, n)
         if any(self.gram(int(i), n) != gram for i in np.flatnonzero(keys == keys[best])):  # a collision
             gram, count = Counter(self.gram(i, n) for i in range(len(keys))).most_common(1)[0]
@@ -176,12 +177,18 @@ class Ngrams:
 
         Only n-grams that occur twice or more can be found again, so the walk visits just those (in
         order, minus the skipped): the same sum as datatrove's walk over every position."""
-        if self.n_words < n or self.distinct(n):
+        if self.n_words < n or n >= self.distinct_from:
             return 0
-        _, inverse, counts = np.unique(self.keys(n), return_inverse=True, return_counts=True)
+        order, same = _sorted_runs(self.keys(n))
+        if not same.any():
+            self.distinct_from = n
+            return 0
+        twice = np.zeros(len(order), bool)  # in sorted order: a key equal to its neighbour's
+        twice[1:] = same
+        twice[:-1] |= same
         seen: set[str] = set()
         repeated, free = 0, 0
-        for i in np.flatnonzero(counts[inverse] > 1).tolist():
+        for i in np.sort(order[twice]).tolist():
             if i < free:
                 continue
             gram = self.gram(i, n)
@@ -252,7 +259,7 @@ class GopherRepetition(LanguageFilter):
                 if len(words) >= n and spaced.top(int(n)) / size > frac:
                     return f"top_{int(n)}_gram"
         if p.dup_n_grams and words:
-            joined = Ngrams(words, "")
+            joined = Ngrams(words, "", spaced.lengths if p.top_n_grams else None)
             for n, frac in p.dup_n_grams:
                 if joined.repeated(int(n)) / size > frac:
                     return f"duplicated_{int(n)}_n_grams"
@@ -281,6 +288,18 @@ class GopherQualityConfig(PerLanguage):
     """Drop with fewer of ``stop_words`` present."""
     stop_words: list[str] = dataclasses.field(default_factory=lambda: list(GOPHER_STOP_WORDS))
     """The language's stop words."""
+
+
+def _memo(known: dict[str, bool], words: list[str], test: Callable[[str], bool]) -> list[bool]:
+    """``test`` of each word, remembered per word (up to a million words, then forgotten)."""
+    if len(known) > 1_000_000:
+        known.clear()
+    values = list(map(known.get, words))  # a C loop: most words were seen before
+    if None in values:
+        for i, value in enumerate(values):
+            if value is None:
+                values[i] = known[words[i]] = test(words[i])
+    return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,19 +331,10 @@ class GopherQuality(LanguageFilter):
         return _Quality(params, frozenset(params.stop_words))
 
     def _has_alpha(self, words: list[str]) -> list[bool]:
-        known = self._alpha
-        if len(known) > 1_000_000:
-            known.clear()
-        get = known.get
-        return [v if (v := get(w)) is not None else known.setdefault(w, any(c.isalpha() for c in w)) for w in words]
+        return _memo(self._alpha, words, lambda w: any(c.isalpha() for c in w))
 
     def _not_symbol(self, words: list[str]) -> list[bool]:
-        known = self._symbols
-        if len(known) > 1_000_000:
-            known.clear()
-        get = known.get
-        return [v if (v := get(w)) is not None else known.setdefault(w, not PUNCTUATION_SET.issuperset(w))
-                for w in words]
+        return _memo(self._symbols, words, lambda w: not PUNCTUATION_SET.issuperset(w))
 
     def check(self, text: str, lang: str, q: _Quality) -> str | None:
         p = q.p
