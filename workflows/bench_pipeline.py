@@ -100,23 +100,38 @@ def build_input(sample: Path, work: Path, target_mb: float, files: int = 8) -> l
     return sorted(glob.glob(str(work / "input" / "*.warc.wet.gz")))
 
 
-def deduplicated(inputs: list[str], cfg) -> Iterator[dict]:
-    """read -> exact dedup (one in-memory partition) -> LID, with the pipeline's step functions."""
+def after_dedup(inputs: list[str], cfg) -> Iterator[dict]:
+    """read -> exact dedup (one in-memory partition), with the pipeline's step functions."""
     files = []
     for path in inputs:
         with open(path, "rb") as f:
             files.append([r for r in RecordReader(path, "wet", cfg.read.verify_digests).read(f) if isinstance(r, dict)])
     dedup_cfg = cfg.section("dedup")
     removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], dedup_cfg.policy)
-    lid = LanguageIdentifier(cfg.section("lid"))
     for i, docs in enumerate(files):
         index = dedup.removal_index([removed[i]] if i in removed else [])
         for ordinal, doc in enumerate(docs):
             kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), dedup_cfg.min_length)
             if not isinstance(kept, Drop):
-                kept = lid(kept)
-            if not isinstance(kept, Drop):
                 yield kept
+
+
+def deduplicated(inputs: list[str], cfg) -> Iterator[dict]:
+    """read -> exact dedup (one in-memory partition) -> LID, with the pipeline's step functions."""
+    lid = LanguageIdentifier(cfg.section("lid"))
+    for doc in after_dedup(inputs, cfg):
+        kept = lid(doc)
+        if not isinstance(kept, Drop):
+            yield kept
+
+
+def bench_config(inputs: list[str], out: str, workers: int, steps: str):
+    """The sample profile on ``inputs`` with ``steps``, on the DirectRunner with ``workers`` processes;
+    no removed/ (it costs about 3 %, BENCHMARKS.md), shards of 64 MB."""
+    beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"
+    return load_config(str(ROOT / "configs" / "corpus" / "sample.yaml"), {"input": inputs, "output": out},
+                       ["progress=false", "write.shard_size_mb=64", f"steps={steps}", "write.removed=false",
+                        f"beam_options={beam}"])
 
 
 def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
@@ -149,13 +164,8 @@ def main() -> None:
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
-    base = ["--set", "progress=false", "--set", "write.shard_size_mb=64", "--set", "steps=[dedup, lid, perplexity]",
-            "--set", "write.removed=false"]  # the old code wrote no removed/; it costs about 3 % (BENCHMARKS.md)
-
     def config(out: str, workers: int):
-        beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"
-        return load_config("configs/corpus/sample.yaml", {"input": inputs, "output": out},
-                           [*base[1::2], f"beam_options={beam}"])
+        return bench_config(inputs, out, workers, "[dedup, lid, perplexity]")
 
     runs = {"single-process loop (baseline)": (1, None), "Beam DirectRunner, 1 worker": (1, 1),
             "Beam DirectRunner, 2 workers": (2, 2)}

@@ -1,0 +1,110 @@
+"""The floor of the corpus chain on this machine: each stage of read -> exact dedup -> LID -> Arrow
+done alone, the fastest known way, on one core, summed; and ``pipeline run`` (DirectRunner, 1 and
+2 workers) on the same files in the same run, as a share of that floor.
+
+Floor stages, each timed on its own over every document:
+  * read: fastwarc's iterator over the gzip WET records, bodies decoded (no headers kept);
+  * hash: CCNet's normalization and 64-bit paragraph hashes (``normalize.paragraph_hashes``,
+    equal to CCNet's) of every line of every document;
+  * LID: fastText ``predict`` (one batched call) on exactly the text our LID sees (after dedup,
+    newlines replaced as ``lid.newlines`` says);
+  * Arrow: the kept rows as one Arrow table, written as one IPC file.
+The floor leaves out what a chain must also do: find the duplicates among the hashes, cut the
+paragraphs out, shard by language and write stats. ``floor / time`` is printed per run (for 2
+workers against half the floor: both cores busy). The machine's speed per core is printed as the
+time of a fixed 10-million-addition Python loop, to compare figures taken on other machines.
+
+    .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from bench_pipeline import ROOT, after_dedup, bench_config, build_input
+from pipeline.output import shards
+from pipeline.run import run_corpus
+from pipeline.steps.lid import LanguageIdentifier
+from pipeline.steps.normalize import paragraph_hashes
+
+STEPS = "[dedup, lid]"
+
+
+def loop_seconds() -> float:
+    """A fixed 10-million-addition Python loop: the machine's speed per core."""
+    start, total = time.perf_counter(), 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - start
+
+
+def floor(inputs: list[str], work: Path) -> dict[str, float]:
+    """Seconds of each stage alone, on one core."""
+    import fastwarc.warc as fw
+    import pyarrow as pa
+
+    cfg = bench_config(inputs, str(work / "unused"), 1, STEPS)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    texts = []
+    for path in inputs:
+        with open(path, "rb") as stream:
+            for record in fw.ArchiveIterator(stream, record_types=fw.WarcRecordType.conversion, parse_http=False):
+                texts.append(record.reader.read().decode("utf-8", "replace"))
+    seconds["read"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    for text in texts:
+        paragraph_hashes(text)
+    seconds["hash"] = time.perf_counter() - start
+
+    docs = list(after_dedup(inputs, cfg))  # untimed: the text LID sees
+    lid = LanguageIdentifier(cfg.section("lid"))
+    model = lid.model
+    start = time.perf_counter()
+    labels, _ = model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
+    seconds["lid"] = time.perf_counter() - start
+
+    kept = [{**doc, "lang": label[0][9:]} for doc, label in zip(docs, labels)]
+    start = time.perf_counter()
+    table = shards.docs_to_table(kept)
+    with pa.OSFile(str(work / "floor.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    seconds["arrow"] = time.perf_counter() - start
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target-mb", type=float, default=50.0, help="size of the generated WET input (gzip MB)")
+    parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of everything; the best time of each counts")
+    args = parser.parse_args()
+    work = Path(args.work)
+    inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
+    best: dict[str, float] = {}
+    for round_ in range(args.repeat):
+        with tempfile.TemporaryDirectory(dir=work) as tmp:
+            for stage, seconds in floor(inputs, Path(tmp)).items():
+                best[stage] = min(best.get(stage, seconds), seconds)
+        for workers in (1, 2):
+            out = work / f"floor-run{workers}"
+            shutil.rmtree(out, ignore_errors=True)
+            report = run_corpus(bench_config(inputs, str(out), workers, STEPS))
+            name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
+            best[name] = min(best.get(name, report["elapsed_s"]), report["elapsed_s"])
+            print(f"round {round_ + 1}: {name}: {report['elapsed_s']:.1f} s", flush=True)
+    total = sum(best[stage] for stage in ("read", "hash", "lid", "arrow"))
+    print(f"\nPython 10M-addition loop: {loop_seconds():.2f} s (the machine's speed per core)")
+    print("floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in ("read", "hash", "lid", "arrow"))
+          + f"; sum {total:.2f} s")
+    for workers in (1, 2):
+        name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
+        print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor")
+
+
+if __name__ == "__main__":
+    main()
