@@ -20,6 +20,7 @@ test-slow: setup
 
 bench: setup
 	$(PY) workflows/bench_pipeline.py
+	$(PY) workflows/bench_floor.py
 	$(PY) workflows/bench_engines.py
 	$(PY) workflows/bench_scaling.py
 	$(PY) workflows/capacity.py --out docs/capacity.md
