@@ -141,3 +141,11 @@ def test_short_and_empty_documents_have_no_signature() -> None:
     assert mdt.signature(mdt.shingles("one two three four", "en", 5), 112, 1) is None
     assert mdt.signature(mdt.shingles("", "en", 5), 112, 1) is None
     assert mdt.signature(mdt.shingles("one two three four five", None, 5), 112, 1) is not None
+
+
+def test_a_language_without_a_tokenizer_falls_back_and_is_counted(tmp_path: Path) -> None:
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    docs = [{"id": f"<urn:uuid:{i}>", "url": "https://x.test/", "text": text, "lang": "qq"} for i in range(3)]
+    kept, removed, counters = run_stage(docs, profile_config(), tmp_path)
+    assert counters["tokenizer_fallback/qq"] == 3  # spaCy's multi-language rules
+    assert kept == {"<urn:uuid:0>": 3} and set(removed) == {"<urn:uuid:1>", "<urn:uuid:2>"}

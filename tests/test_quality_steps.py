@@ -25,6 +25,9 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
     (["fineweb_quality.languages.de.line_punct_thr=high"], "languages.de.line_punct_thr: expected a number"),
     (["ftfy.normalization=NFX"], "ftfy.normalization must be one of"),
     (["url_filter.soft_word_threshold=0"], "url_filter.soft_word_threshold=0 is out of range"),
+    (["near_dedup.scheme=minhash"], "near_dedup.scheme must be one of datasketch, datatrove, got 'minhash'"),
+    (["dedup.group_files=-1"], "dedup.group_files=-1.0 is out of range"),
+    (["dedup.groups=2"], "unknown config key 'dedup.groups' (did you mean 'dedup.group_files'?)"),
 ])
 def test_config_mistakes_are_one_line(sets: list[str], message: str) -> None:
     with pytest.raises(UserError) as error:

@@ -83,6 +83,8 @@ def main() -> None:
     parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of everything; the best time of each counts")
     args = parser.parse_args()
+    if args.repeat < 1 or args.target_mb <= 0:
+        parser.error(f"--repeat must be at least 1 and --target-mb above 0, got {args.repeat} and {args.target_mb}")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     best: dict[str, float] = {}

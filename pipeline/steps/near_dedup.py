@@ -98,7 +98,7 @@ class NearDedup(Step):
     name = "near_dedup"
     Config = NearDupConfig
     counters = ("documents_in", "documents_out", "near_duplicate", "no_shingles", "signatures", "candidate_buckets",
-                "edges", "clusters", "cc_not_converged")
+                "edges", "clusters", "cc_not_converged", "tokenizer_fallback")
     provides = ("minhash_cluster_size",)
     transform = "pipeline.transforms.near_dedup:NearDedupTransform"
 

@@ -13,8 +13,10 @@ from apache_beam.utils.windowed_value import WindowedValue
 from ..steps.base import Document
 from ..steps.minhash import (_fold_table, band_keys, bucket_edges, is_empty, large_star, resolve, shingle_kind,
                              signatures, small_star)
-from ..steps.minhash_datatrove import band_keys as datatrove_band_keys, run_pairs, shingles, signature, union_find
+from ..steps.minhash_datatrove import (DEFAULT_LANG, band_keys as datatrove_band_keys, run_pairs, shingles, signature,
+                                      union_find)
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
+from ..steps.words import tokenizer_for
 from .apply import REMOVED, removed_record
 from .counting import MAIN, Counted, CountingDoFn
 
@@ -176,7 +178,10 @@ class DatatroveBandKeys(CountingDoFn):
     def process(self, doc: Document) -> Iterator[tuple[tuple[str, int, bytes], str]]:
         cfg = self.cfg
         self.count("signatures")
-        sig = signature(shingles(doc["text"], doc.get("lang"), cfg.word_ngram), self.bands * self.rows, cfg.seed)
+        lang = doc.get("lang") or DEFAULT_LANG
+        if tokenizer_for(lang).fallback:
+            self.count(f"tokenizer_fallback/{lang}")
+        sig = signature(shingles(doc["text"], lang, cfg.word_ngram), self.bands * self.rows, cfg.seed)
         if sig is None:
             self.count("no_shingles")
             return
