@@ -59,11 +59,22 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     cfg.beam_options = [*cfg.beam_options, *beam_flags]
     if args.no_progress:
         cfg.progress = False
-    report = run_corpus(cfg, overwrite=args.overwrite)
+    report = run_corpus(cfg, overwrite=args.overwrite, resume=args.resume)
     if "built_only" in report:
         print(f"job built, not run: {report['built_only']}")
         return 0
     print(_summary(report, cfg.output, cfg.write.format))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
+    from .output import stores
+    from .run import status
+
+    if extra:
+        raise UserError(f"unknown option or argument {extra[0]!r}")
+    stores.open_stores(args, {"OUTPUT_OR_TEMP": args.path})
+    print("\n".join(status(args.path.rstrip("/"))))
     return 0
 
 
@@ -161,7 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override one config key, e.g. --set dedup.policy=keep_first (value read as YAML)")
     run.add_argument("--overwrite", action="store_true", help="replace the corpus an earlier run left in --output")
-    run.add_argument("--no-progress", action="store_true", help="no per-file progress lines")
+    run.add_argument("--no-progress", action="store_true", help="no per-file and per-stage progress lines")
+    run.add_argument("--resume", action="store_true",
+                     help="DaskRunner: continue the unfinished run in --output (same config and input), running "
+                          "only its tasks that had not finished (without it, an unfinished run is removed)")
+    st = sub.add_parser(
+        "status", help="how far a run is: stages and tasks done, failed or pending, input covered (from its files)",
+        description="Read a run's state from its files alone: a corpus output (its finished corpus and any "
+                    "unfinished run in it), a DaskRunner task folder, or a --temp_location holding task folders.")
+    st.add_argument("path", metavar="OUTPUT_OR_TEMP", help="corpus output, task folder or --temp_location")
 
     lm = sub.add_parser(
         "train-lm", help="train <lang>.sp.model + <lang>.arpa.bin (SentencePiece + KenLM 5-gram) from reference text",
@@ -197,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
     from .output import stores  # Beam's S3 options, imported with Beam only here
 
-    stores.add_arguments(cut)
-    stores.add_arguments(rep)
+    for command in (cut, rep, st):
+        stores.add_arguments(command)
     return parser
 
 
@@ -214,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         handler.addFilter(_quiet_beam)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    commands = {"run": cmd_run, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
+    commands = {"run": cmd_run, "status": cmd_status, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:
         return commands[args.command](args, extra)
     except UserError as exc:

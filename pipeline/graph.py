@@ -25,6 +25,9 @@ from .transforms.dedup import ReadAndDedup
 from .transforms.write import AsTables, WriteCorpus, WriteRecords
 
 
+INPUT_LABEL = "Files"  # the Create of the input files (their index and path)
+
+
 def run_info(cfg: CorpusConfig, n_files: int) -> RunInfo:
     return RunInfo(n_files, cfg.write.removed, cfg.progress)
 
@@ -55,7 +58,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     """Add the whole corpus graph for ``files`` to pipeline ``p``, running ``steps`` (from
     :func:`build_steps`, prepared) in order."""
     run = run_info(cfg, len(files))
-    indexed = p | "Files" >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
+    indexed = p | INPUT_LABEL >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
     first = steps[0] if steps and steps[0].reads_files else None
     read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))
     docs, removed = read[MAIN], {first.name: read[REMOVED]} if first else {}

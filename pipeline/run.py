@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -12,12 +14,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
 from .config import CorpusConfig
-from .graph import build_pipeline, build_steps
+from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, stores
-from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, STAGING
+from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .report.corpus_report import build as build_report
-from .runners.options import check_engine, cloud_error, make_runner, pipeline_options
+from .runners import ledger
+from .runners.options import DASK_NAMES, check_engine, cloud_error, make_runner, pipeline_options
 from .steps.base import Step
 from .util import faults
 from .util.errors import UserError
@@ -54,10 +57,22 @@ def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
     fs.remove_empty_folders(final, [*layout.PARTITION_FOLDERS, *layout.RECORD_FOLDERS, REPORT])
 
 
-def recover(final: str) -> list[str]:
-    """What an earlier run left in ``final``: a staging folder with a commit marker (killed while
+def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
+    """The staging folders in ``final`` of runs that did not finish (no commit marker), each with
+    its run state (empty for a run of a version that wrote none)."""
+    found = []
+    for folder in sorted({p.rstrip("/").rsplit("/", 1)[0] for p in fs.match_optional(fs.join(final, f"{STAGING}*", "*"))}):
+        if not fs.exists(fs.join(folder, COMMIT)):
+            state = fs.join(folder, RUN_STATE)
+            found.append((folder, ledger.read_json(state) if fs.exists(state) else {}))
+    return found
+
+
+def recover(final: str, keep: str | None = None) -> list[str]:
+    """What earlier runs left in ``final``: a staging folder with a commit marker (killed while
     replacing: its moves are finished, so the new corpus is complete) or without one (killed or
-    failed before: deleted, the corpus there is the previous one). Returns the folders handled."""
+    failed before: deleted with its task folder, unless it is ``keep``, the run being resumed; the
+    corpus there is the previous one). Returns the folders handled."""
     handled = []
     for folder in sorted({p.rstrip("/").rsplit("/", 1)[0] for p in fs.match_optional(fs.join(final, f"{STAGING}*", "*"))}):
         marker = fs.join(folder, COMMIT)
@@ -65,11 +80,53 @@ def recover(final: str) -> list[str]:
             with fs.open_read(marker) as stream:
                 _apply(folder, final, json.load(stream))
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
-        else:
-            fs.remove_folder(folder)
-            LOG.warning("%s: removed %s, left by a run that did not finish", final, folder)
+            handled.append(folder)
+    for folder, state in unfinished(final):
+        if folder == keep:
+            continue
+        if state.get("task_folder"):
+            fs.remove_folder(state["task_folder"])
+        fs.remove_folder(folder)
+        LOG.warning("%s: removed %s, left by a run that did not finish%s", final, folder,
+                    " (`pipeline run --resume` continues such a run)" if state.get("task_folder") else "")
         handled.append(folder)
     return handled
+
+
+def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
+    """What a resumed run must share with the run it continues: the config (steps and sections),
+    the input files with their sizes, and this package's version."""
+    from importlib.metadata import version
+
+    blob = json.dumps({"config": cfg.to_dict(), "inputs": files, "version": version("polyglot-corpus")},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
+    """The staging folder of the unfinished run ``--resume`` continues, or None (none there: a
+    fresh run). One error line if that run had another config or input (``digest``: this run's
+    fingerprint), or if the runner keeps no task outputs."""
+    if not resume:
+        return None
+    if cfg.runner not in DASK_NAMES:
+        raise UserError(f"--resume needs --runner DaskRunner: the {cfg.runner} keeps no task outputs between runs "
+                        "(a run without --resume starts afresh)")
+    runs = [(folder, state) for folder, state in unfinished(cfg.output) if state.get("task_folder")]
+    if not runs:
+        LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
+        return None
+    folder, state = runs[-1]
+    if state["fingerprint"] != digest:
+        raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
+                        "run without --resume to start afresh (which removes it)")
+    return folder
+
+
+def task_folder(options: PipelineOptions, run_id: str) -> str:
+    """A DaskRunner run's task folder: below ``--temp_location``, else in this machine's temporary folder."""
+    temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
+    return fs.join(temp, f"{TASK_FOLDER}{run_id}")
 
 
 def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
@@ -89,12 +146,14 @@ def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
         step.prepare()
 
 
-def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
+def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Run the whole pipeline; return the content of ``stats.json`` and ``run.json`` together.
 
     stats.json and sampling.json are written by the graph from counts that travel as data, so
     they are the same bytes on every runner; run.json holds what differs between runs (runner,
-    elapsed time, Beam version)."""
+    elapsed time, Beam version, the DaskRunner's tasks run and reused). On the DaskRunner each run
+    keeps a task ledger (``runners.ledger``); ``resume`` continues the unfinished run in the
+    output, if any, running only its tasks that had not finished."""
     options = pipeline_options(cfg.runner, cfg.beam_options)
     fs.configure(options)
     check_stores(cfg, options)
@@ -104,29 +163,44 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     prepare_steps(steps, options)
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
+    digest = fingerprint(cfg, files)
+    continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:
-        recover(cfg.output)
+        recover(cfg.output, keep=continued)
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
-    final = cfg.output
+    final, dask = cfg.output, cfg.runner in DASK_NAMES
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
-        cfg = dataclasses.replace(cfg, output=fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}"))
+        staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
+        cfg = dataclasses.replace(cfg, output=staging)
+        if dask:
+            state = {"fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
+            ledger.write_json(fs.join(staging, RUN_STATE), state)
+            ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
+            flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
+            cfg = dataclasses.replace(cfg, beam_options=[*cfg.beam_options, *flags])
+            options = pipeline_options(cfg.runner, cfg.beam_options)
     start = time.perf_counter()
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
-    build_pipeline(pipeline, cfg, files, steps)
+    build_pipeline(pipeline, cfg, list(files), steps)
     try:
         result = pipeline.run()
         if build_only:  # with --template_location the job and what it needs are staged, not run
             return {"built_only": template or "(--dry_run: not staged)"}
         result.wait_until_finish()  # the DirectRunner runs (and fails) inside run() already
     except BaseException as exc:
-        if not build_only:
-            fs.remove_folder(cfg.output)  # the failed run's files; the previous corpus is untouched
+        if not build_only and dask and ledger.read_plan(state["task_folder"]) is not None:
+            LOG.warning("the run's finished tasks are kept: `pipeline run --resume` with the same config and input "
+                        "continues it; a run without --resume removes them")
+        elif not build_only:  # the failed run's files; the previous corpus is untouched
+            fs.remove_folder(cfg.output)
+            if dask:
+                fs.remove_folder(state["task_folder"])
         error = cloud_error(exc, cfg.runner) if isinstance(exc, Exception) else None
         if error is not None:
             raise error from None
@@ -135,9 +209,48 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False) -> dict[str, Any]:
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
-           "beam_options": cfg.beam_options}
+           "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {})}
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)
     with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}
+
+
+def status(path: str) -> list[str]:
+    """How far the runs in ``path`` are, from their files alone (``python -m pipeline status``):
+    ``path`` is a corpus output (its finished corpus and the unfinished runs in it), a DaskRunner
+    task folder, or a ``--temp_location`` holding task folders."""
+    lines: list[str] = []
+    if fs.exists(fs.join(path, RUN_FILE)):
+        run = ledger.read_json(fs.join(path, RUN_FILE))
+        tasks = run.get("tasks", {})
+        lines.append(f"{path}: a finished corpus ({run['runner']}, {run['elapsed_s']:.0f} s"
+                     + (f", {tasks['run']} tasks run, {tasks['reused']} reused" if tasks else "") + ")")
+    folders = [(f"{folder} (unfinished run)", state["task_folder"]) for folder, state in unfinished(path)
+               if state.get("task_folder")]
+    lines += [f"{folder}: an unfinished run of a runner without a task ledger; a new run removes it"
+              for folder, state in unfinished(path) if not state.get("task_folder")]
+    if fs.exists(fs.join(path, ledger.PLAN)):
+        folders.append((path, path))
+    folders += [(p.rsplit("/", 2)[0], p.rsplit("/", 1)[0])
+                for p in fs.match_optional(fs.join(path, f"{TASK_FOLDER}*", ledger.PLAN))]
+    if not lines and not folders:
+        raise UserError(f"{path}: no run found (neither a corpus, a run's staging folder, a task folder nor "
+                        f"{TASK_FOLDER}* folders of a --temp_location)")
+    for name, folder in folders:
+        plan = ledger.read_plan(folder)
+        if plan is None:
+            lines.append(f"{name}: task folder {folder} is gone (the run had not started its tasks, or it was removed)")
+            continue
+        done, failed = ledger.finished(folder), ledger.failures(folder)
+        rows = ledger.stage_rows(plan, done, failed, ledger.read_inputs(folder))
+        total = sum(row["tasks"] for row in rows)
+        lines.append(f"{name}: task folder {folder}, {len(done)}/{total} tasks done, {len(failed)} failed")
+        for row in rows:
+            state = "done" if not row["pending"] else "failed" if row["failed"] else "pending"
+            lines.append(f"  [{state}] " + ledger.describe(row) + f", {row['seconds']:,.0f} task-seconds, "
+                         f"shuffle {row['reads']:,} reads, {row['files']:,} files")
+        for (stage, task), error in sorted(failed.items())[:5]:
+            lines.append(f"  failed: {plan.stages[stage].name} task {task}: {error}")
+    return lines

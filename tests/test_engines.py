@@ -229,7 +229,8 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(t
     b = a | "B" >> beam.ParDo(_Log("b"))
     total = a | "Total" >> beam.CombineGlobally(sum)
     _ = b | "C" >> beam.ParDo(_Log("c"), beam.pvalue.AsSingleton(total))
-    graph, sinks = translate(p, options, str(tmp_path))
+    translation = translate(p, options, str(tmp_path), 2)
+    sinks, graph = translation.sinks(str(tmp_path), "test", {}), translation.graph
     stages = sorted(key[0].rsplit("-", 1)[0] for key, task in graph.items() if isinstance(task, tuple) and task[0] is run_stage)
     assert [stage for stage in stages if stage[0] in "ABC"] == ["A+2", "A+2", "C+0", "C+0"]  # A, B, the combine's first step
     files = [task for key, task in graph.items() if key[0].endswith("/files")]  # the combine's shuffle: its split files

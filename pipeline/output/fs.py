@@ -34,22 +34,23 @@ def join(base: str, *parts: str) -> str:
     return FileSystems.join(base, *parts)
 
 
-def match_inputs(patterns: Iterable[str]) -> list[str]:
-    """Sorted, de-duplicated paths matching the globs; a pattern that matches nothing is an error.
-    A dangling symlink is kept: the pipeline counts it as a rejected file, with its reason."""
-    found: set[str] = set()
+def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
+    """Paths matching the globs, sorted and de-duplicated, with their sizes from the listing; a
+    pattern that matches nothing is an error. A dangling symlink is kept, with size -1: the
+    pipeline counts it as a rejected file, with its reason."""
+    found: dict[str, int] = {}
     for pattern in patterns:
         try:
             result = FileSystems.match([pattern])[0]
         except Exception as exc:  # Beam wraps every filesystem failure in BeamIOError
             raise UserError(f"cannot list input {pattern!r}: {exc}") from None
-        paths = [m.path for m in result.metadata_list]
+        paths = {m.path: m.size_in_bytes for m in result.metadata_list}
         if is_local(pattern):  # Beam leaves out what it cannot stat (a dangling symlink): read_file rejects it
-            paths += [p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p) and not os.path.exists(p)]
+            paths.update((p, -1) for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p) and not os.path.exists(p))
         if not paths:
             raise UserError(f"input {pattern!r} matches no file")
         found.update(paths)
-    return sorted(found)
+    return dict(sorted(found.items()))
 
 
 def match_optional(pattern: str) -> list[str]:

@@ -8,6 +8,7 @@
 <out>/run.json                               what differs between runs (runner, elapsed time)
 <out>/report/                                the corpus report (HTML, Markdown, PNG)
 <out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
+<out>/_staging-<id>/_run-state.json          its config and input fingerprint, and its DaskRunner task folder
 ```
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ REPORT = "report"
 ARTIFACTS = ("stats.json", "sampling.json")
 RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
 STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
+RUN_STATE = "_run-state.json"  # in the staging folder: what --resume and `pipeline status` read (see run.py)
+TASK_FOLDER = "polyglot-run-"  # a DaskRunner run's task folder: <temp_location or system temp>/polyglot-run-<id>
 COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see run.commit)
 RECORD_SHARDS = 16  # part files of rejected/ and of each removed/<step>/
 NOT_SHARDS = [".", "_", REJECTED, REMOVED, REPORT, *ARTIFACTS, RUN_FILE]

@@ -36,6 +36,7 @@ runner starts a ``LocalCluster`` on 127.0.0.1 for the run and stops it at the en
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -45,6 +46,7 @@ import os
 import pickle
 import tempfile
 import threading
+import time
 import uuid
 from collections import Counter
 from typing import Any, NamedTuple
@@ -62,10 +64,15 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..output import fs
-from . import forkserver
+from . import forkserver, ledger
+from ..util import faults
 from ..util.errors import UserError
 
+LOG = logging.getLogger(__name__)
 MAX_CREATE_PARTITIONS = 1024
+TASKS_PER_THREAD = 4
+"""Default partitions: this many per worker thread of the cluster, whatever the number of input
+files, so that a shuffle has partitions x partitions pieces at most (see BENCHMARKS.md)."""
 
 
 class LocalDaskOptions(PipelineOptions):
@@ -76,6 +83,12 @@ class LocalDaskOptions(PipelineOptions):
         parser.add_argument("--dask_num_workers", type=int, default=None,
                             help="worker processes of the LocalCluster started for the run when no "
                                  "--dask_client_address or --dask_scheduler_file is given (default: one per core)")
+        parser.add_argument("--dask_task_folder", default=None,
+                            help="keep the stages' files and a marker per finished task here (local, gs://, s3://; "
+                                 "every worker must reach it): a run started again on the same folder runs only the "
+                                 "tasks without a marker (`pipeline run --resume` sets it)")
+        parser.add_argument("--dask_progress_interval", type=float, default=30.0,
+                            help="seconds between per-stage progress lines (0: none)")
 
 
 def check_options(options: PipelineOptions) -> None:
@@ -149,6 +162,10 @@ Wiring = dict[Any, tuple[list[int], list[int]]]
 the stage's result (read outside the stage)."""
 
 
+IO: Counter[str] = Counter()
+"""This process's shuffle traffic: ``reads`` (pieces read), ``files`` and ``bytes`` written."""
+
+
 class Pieces(NamedTuple):
     """A partition written to the shuffle folder: its file, and where each piece of it starts
     (and the last ends). An empty piece is no bytes."""
@@ -161,6 +178,7 @@ class Pieces(NamedTuple):
         start, end = self.offsets[j], self.offsets[j + 1]
         if start == end:
             return []
+        IO["reads"] += 1
         with fs.open_read(self.path) as stream:
             stream.seek(start)
             return pickle.loads(stream.read(end - start))
@@ -182,6 +200,7 @@ def write_pieces(parts: list[list[Any]], path: str) -> Pieces:
             offsets.append(offsets[-1] + len(blob))
 
     fs.write_atomic(path, write)
+    IO.update(files=1, bytes=offsets[-1])
     return Pieces(path, offsets)
 
 
@@ -190,19 +209,70 @@ def load(part: list[Any] | Pieces) -> list[Any]:
     return part.read() if isinstance(part, Pieces) else part
 
 
+class Mark(NamedTuple):
+    """Where a stage task records that it finished (:mod:`ledger`): the task folder, the stage's
+    index and first label, the task's partition, and the attempt (driver invocation) running it."""
+
+    folder: str
+    stage: int
+    label: str
+    task: int
+    attempt: str
+
+
+_IO_SEEN: Counter[str] = Counter()
+
+
+def _io_since_last() -> Counter[str]:
+    """Shuffle traffic since the last marked task of this process: with one thread per worker, a
+    task's own and that of the unmarked tasks it waited for (its group's reads)."""
+    delta = IO - _IO_SEEN
+    _IO_SEEN.update(delta)
+    return delta
+
+
 Slot = tuple[str, int | None]
 """Where a stage writes an output that is read outside it, in a task: the partition's file, and
 for a GroupByKey's input how many pieces to split it into (None: one piece, as it is)."""
 
 
-def run_stage(items: list[Any] | Pieces, stage: bytes, slots: list[Slot], *side_values: list[Any]) -> list[Pieces]:
-    """One partition through a fused stage as one bundle, element by element, as Beam's SDK
-    workers run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in
-    graph order, the first reading ``items`` (and the side inputs), each later one reading
-    outputs of earlier ones. Returns each slot's file, written here as Beam's fused stages end in
-    their shuffle write: for a GroupByKey's input, split by key (:func:`split_by_key`)."""
+def run_stage(mark: Mark | None, items: list[Any] | Pieces, stage: bytes, slots: list[Slot],
+              *side_values: list[Any]) -> list[Pieces]:
+    """One partition through a fused stage as one bundle (:func:`run_bundle`); returns each slot's
+    file, written here as Beam's fused stages end in their shuffle write: for a GroupByKey's input,
+    split by key (:func:`split_by_key`). With ``mark``, recorded in the task ledger: a marker once
+    the files are complete (elements in and out, seconds, shuffle traffic), a failure marker with
+    the error's last line if it raised."""
+    if mark is None:
+        return _write_slots(run_bundle(load(items), stage, len(slots), side_values), slots)
+    faults.fault_point("POLYGLOT_FAULT", f"task:{mark.label}", mark.task)
+    start = time.perf_counter()
+    try:
+        elements = load(items)
+        out = run_bundle(elements, stage, len(slots), side_values)
+        outputs = _write_slots(out, slots)
+    except Exception as exc:
+        ledger.record_failure(mark.folder, mark.stage, mark.task, exc)
+        raise
+    io = _io_since_last()
+    ledger.record(mark.folder, mark.stage, mark.task, {
+        "attempt": mark.attempt, "seconds": round(time.perf_counter() - start, 3), "in": len(elements),
+        "out": sum(map(len, out)), "reads": io["reads"], "files": io["files"], "bytes": io["bytes"],
+        "outputs": [[o.path, o.offsets] for o in outputs]})
+    return outputs
+
+
+def _write_slots(out: list[list[Any]], slots: list[Slot]) -> list[Pieces]:
+    return [split_by_key(values, path, n) if n else write_pieces([values], path) for values, (path, n) in zip(out, slots)]
+
+
+def run_bundle(elements: list[Any], stage: bytes, n_slots: int, side_values: tuple[list[Any], ...]) -> list[list[Any]]:
+    """``elements`` through a fused stage as one bundle, element by element, as Beam's SDK workers
+    run a fused stage. ``stage`` is the pickled ``[(key, ParDo payload, wiring)]`` in graph order,
+    the first reading ``elements`` (and the side inputs), each later one reading outputs of earlier
+    ones. Returns what each of the ``n_slots`` slots (outputs read outside the stage) received."""
     pardos: list[tuple[str, bytes, Wiring]] = pickle.loads(stage)
-    out: list[list[Any]] = [[] for _ in slots]
+    out: list[list[Any]] = [[] for _ in range(n_slots)]
     fns: list[beam.DoFn] = []
     runners: list[DoFnRunner] = []
     for index, (key, payload, wiring) in reversed(list(enumerate(pardos))):  # readers are built first
@@ -217,13 +287,13 @@ def run_stage(items: list[Any] | Pieces, stage: bytes, slots: list[Slot], *side_
     runners.reverse()
     for runner in runners:
         runner.start()
-    for item in load(items):
+    for item in elements:
         runners[0].process(GlobalWindows.windowed_value(item))
     for runner in runners:  # in graph order: what a finish_bundle emits reaches readers not yet finished
         runner.finish()
     for (key, _, _), fn in zip(pardos, fns):  # only after a bundle that succeeded: a failed one may have left state behind
         _give_back(key, fn)
-    return [split_by_key(values, path, n) if n else write_pieces([values], path) for values, (path, n) in zip(out, slots)]
+    return out
 
 
 def stable_partition(key: Any, n: int) -> int:
@@ -285,28 +355,44 @@ class _Stage:
     the partition, and for a GroupByKey's input how many pieces (see :data:`Slot`)."""
 
     name: str
+    index: int
+    folder: str
     inputs: list[Any]
     sides: list[Any]
     labels: list[str] = dataclasses.field(default_factory=list)
     pardos: list[tuple[str, bytes, Wiring]] = dataclasses.field(default_factory=list)
     slots: list[tuple[str, str, int | None]] = dataclasses.field(default_factory=list)
 
-    def slot(self, index: int, tag: Any, files: str, pieces: int | None) -> list[tuple[str, int]]:
-        """The keys of a new slot of ParDo ``index``'s output ``tag``."""
+    def slot(self, index: int, tag: Any, pieces: int | None) -> list[tuple[str, int]]:
+        """The keys of a new slot of ParDo ``index``'s output ``tag``. Its files are named by the
+        stage's place, the ParDo's, the tag and the pieces, not by the order in which the
+        translation met them: a resumed run finds them under the same names."""
         self.pardos[index][2][tag][1].append(len(self.slots))
         name = f"{self.name}[{len(self.slots)}]"
+        files = fs.join(self.folder, f"s{self.index:03d}-p{index:02d}-{tag}-{pieces or 0}")
         self.slots.append((name, files, pieces))
         return [(name, i) for i in range(len(self.inputs))]
 
-    def tasks(self) -> dict[Any, Any]:
-        """Its tasks, named by the first ParDo and how many follow it (``A+2``: a key names a
-        worker's spill file, so all of ``A+B+C`` would be too long), and one per slot and partition."""
-        key = f"{self.labels[0]}+{len(self.labels) - 1}-{self.name.rsplit('-', 1)[1]}"
+    @property
+    def key(self) -> str:
+        """Its tasks' name: the first ParDo and how many follow it (``A+2``: a key names a
+        worker's spill file, so all of ``A+B+C`` would be too long)."""
+        return f"{self.labels[0]}+{len(self.labels) - 1}-{self.name.rsplit('-', 1)[1]}"
+
+    def tasks(self, folder: str, attempt: str, done: dict[tuple[int, int], dict[str, Any]]) -> dict[Any, Any]:
+        """Its tasks, one per slot and partition, marked in the ledger in ``folder``; a task
+        ``done`` already is its recorded files."""
+        key = self.key
         payload = pickle.dumps(self.pardos)
         graph: dict[Any, Any] = {}
         for i, input_key in enumerate(self.inputs):
             slots = [(f"{files}-{i}", pieces) for _, files, pieces in self.slots]
-            graph[(key, i)] = (run_stage, input_key, payload, slots, *self.sides)
+            recorded = dict(map(tuple, done[self.index, i]["outputs"])) if (self.index, i) in done else None
+            if recorded is not None and all(path in recorded for path, _ in slots):
+                graph[(key, i)] = (literal, pickle.dumps([Pieces(path, recorded[path]) for path, _ in slots]))
+            else:
+                mark = Mark(folder, self.index, self.labels[0], i, attempt)
+                graph[(key, i)] = (run_stage, mark, input_key, payload, slots, *self.sides)
             for slot, (name, _, _) in enumerate(self.slots):
                 graph[(name, i)] = (operator.getitem, (key, i), slot)
             if not self.slots:  # nothing outside reads it: a small task that runs it
@@ -338,6 +424,7 @@ class _Translate(PipelineVisitor):
         self.create_partitions = create_partitions
         self.shuffle_dir = shuffle_dir
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
+        self.creates: dict[str, tuple[str, list[list[int]]]] = {}  # a Create: its label, partitions' [start, end)
         self.ids = itertools.count()
 
     def count_readers(self) -> PipelineVisitor:
@@ -355,7 +442,7 @@ class _Translate(PipelineVisitor):
 
     def _files(self) -> str:
         """A new path in the shuffle folder, for one output's files (one per partition)."""
-        return fs.join(self.shuffle_dir, f"out-{next(self.ids)}")
+        return fs.join(self.shuffle_dir, f"split-{next(self.ids)}")
 
     def _keys(self, pc: beam.PCollection) -> list[Any]:
         if pc in self.flattened:
@@ -366,7 +453,7 @@ class _Translate(PipelineVisitor):
             self.parts[pc] = (name, len(tasks))
         elif pc not in self.parts:  # a stage's output, read outside the stage: it gets a slot
             stage, index, tag = self.fused[pc]
-            self.parts[pc] = (stage.slot(index, tag, self._files(), None)[0][0], len(stage.inputs))
+            self.parts[pc] = (stage.slot(index, tag, None)[0][0], len(stage.inputs))
         name, n = self.parts[pc]
         return [(name, i) for i in range(n)]
 
@@ -383,11 +470,11 @@ class _Translate(PipelineVisitor):
         if pc in self.flattened:
             return [key for part in self.flattened[pc] for key in self._split(part, n, node)]
         if (pc, n) not in self.splits:
-            files = self._files()
             if pc in self.fused and pc not in self.parts:
                 stage, index, tag = self.fused[pc]
-                self.splits[pc, n] = stage.slot(index, tag, files, n)
+                self.splits[pc, n] = stage.slot(index, tag, n)
             else:
+                files = self._files()
                 split = self._name(node, "/split")
                 for i, key in enumerate(self._keys(pc)):
                     self.graph[(split, i)] = (split_by_key, key, f"{files}-{i}", n)
@@ -403,8 +490,10 @@ class _Translate(PipelineVisitor):
             values = list(transform.values)
             n = max(1, min(len(values), self.create_partitions or MAX_CREATE_PARTITIONS))
             self.shuffle_partitions = max(self.shuffle_partitions, n)
-            for i in range(n):
-                graph[(name, i)] = (literal, pickle.dumps(values[i * len(values) // n:(i + 1) * len(values) // n]))
+            spans = [[i * len(values) // n, (i + 1) * len(values) // n] for i in range(n)]
+            for i, (start, end) in enumerate(spans):
+                graph[(name, i)] = (literal, pickle.dumps(values[start:end]))
+            self.creates[name] = (node.full_label, spans)
             self.parts[node.outputs[None]] = (name, n)
         elif isinstance(transform, beam.ParDo):
             self._pardo(node, name, inputs[0])
@@ -416,7 +505,9 @@ class _Translate(PipelineVisitor):
             self.graph[(f"{name}/files", 0)] = (list, splits)
             self.grouped[node.outputs[None]] = (name, [(group_part, j, (f"{name}/files", 0)) for j in range(n)])
         elif isinstance(transform, (_Flatten, _Reshuffle)) and inputs:
-            self.flattened[node.outputs[None]] = inputs
+            # by producer, not in Beam's order of inputs, which is not the same in every process: a
+            # resumed run's tasks must read the same partitions as the run it continues
+            self.flattened[node.outputs[None]] = sorted(inputs, key=lambda pc: (pc.producer.full_label, str(pc.tag)))
         elif isinstance(transform, _Flatten):  # of nothing
             graph[(name, 0)] = (literal, pickle.dumps([]))
             self.parts[node.outputs[None]] = (name, 1)
@@ -439,19 +530,32 @@ class _Translate(PipelineVisitor):
                 self.graph[(side, 0)] = (everything, self._keys(si.pvalue))
                 sides.append((side, 0))
             inline = main in self.grouped and main not in self.parts and self.readers[main] == 1
-            stage = _Stage(name, self.grouped[main][1] if inline else self._keys(main), sides)
+            stage = _Stage(name, len(self.stages), self.shuffle_dir, self.grouped[main][1] if inline else self._keys(main), sides)
             self.stages.append(stage)
         for tag in tags:
             self.fused[node.outputs[tag]] = (stage, len(stage.pardos), tag)
         stage.labels.append(node.full_label)
         stage.pardos.append((hashlib.sha1(payload).hexdigest(), payload, {tag: ([], []) for tag in tags}))
 
-    def sinks(self) -> list[Any]:
-        """Adds the stages' tasks; returns the keys that run the graph: a small task per partition
-        of every stage whose outputs nothing outside it reads and of every other unread PCollection."""
+    def plan(self) -> ledger.Plan:
+        """The stages for the ledger: labels, tasks, and the input elements a Create's reader covers."""
+        stages = []
+        for stage in self.stages:
+            keys = [key if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) else None
+                    for key in stage.inputs]
+            read = [(self.creates[key[0]][0], self.creates[key[0]][1][key[1]]) for key in keys if key and key[0] in self.creates]
+            whole = len(read) == len(keys) and len({label for label, _ in read}) == 1
+            stages.append(ledger.StagePlan(stage.labels, len(stage.inputs), read[0][0] if whole else None,
+                                           [span for _, span in read] if whole else None))
+        return ledger.Plan(self.create_partitions, stages)
+
+    def sinks(self, folder: str, attempt: str, done: dict[tuple[int, int], dict[str, Any]]) -> list[Any]:
+        """Adds the stages' tasks (see :meth:`_Stage.tasks`); returns the keys that run the graph:
+        a small task per partition of every stage whose outputs nothing outside it reads and of
+        every other unread PCollection."""
         found = []
         for stage in self.stages:
-            tasks = stage.tasks()
+            tasks = stage.tasks(folder, attempt, done)
             self.graph.update(tasks)
             found += [key for key in tasks if key[0].endswith("/sink")]
         for pc, (name, n) in self.parts.items():
@@ -465,19 +569,49 @@ class _Translate(PipelineVisitor):
 # --------------------------------------------------------------------------- runner
 
 class DaskRunnerResult(PipelineResult):
-    """The futures of one run; the client (and a LocalCluster we started) close when it ends, and
-    the shuffle folder is deleted."""
+    """The futures of one run; the client (and a LocalCluster we started) close when it ends. The
+    task folder is deleted when the run succeeded, or when it was the run's own (no
+    ``--dask_task_folder``): a named folder of a failed run stays, for a resumed run.
 
-    def __init__(self, client: Any, cluster: Any, futures: list[Any], shuffle_dir: str) -> None:
+    ``tasks`` counts the stage tasks: ``total``, ``reused`` (finished by an earlier driver on the
+    same folder, not run again) and, once finished, ``run`` (those this driver ran), with the
+    shuffle's ``reads``, ``files`` and ``bytes``."""
+
+    def __init__(self, client: Any, cluster: Any, shuffle_dir: str, keep: bool) -> None:
         super().__init__(PipelineState.RUNNING)
-        self.client, self.cluster, self.futures, self.shuffle_dir = client, cluster, futures, shuffle_dir
+        self.client, self.cluster, self.shuffle_dir, self.keep = client, cluster, shuffle_dir, keep
+        self.futures: list[Any] = []
+        self.attempt = uuid.uuid4().hex[:12]
+        self.tasks: dict[str, int] = {}
+        self.progress: ledger.Progress | None = None
+        self.interval = 30.0
 
     def wait_until_finish(self, duration: int | None = None) -> str:
         from dask.distributed import wait
 
+        deadline = None if duration is None else time.monotonic() + duration / 1000
+        tick = self.interval if self.progress and self.interval > 0 else None
+        next_tick = None if tick is None else time.monotonic() + tick
         try:
-            for future in self.futures:  # result() raises a worker's error here, on the client
-                future.result(timeout=None if duration is None else duration / 1000)
+            pending = list(self.futures)
+            while pending:  # a worker's error is raised here, on the client, as soon as it comes
+                until = min((t for t in (deadline, next_tick) if t is not None), default=None)
+                try:
+                    wait(pending, timeout=None if until is None else max(0.0, until - time.monotonic()),
+                         return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+                for future in pending:
+                    if future.status == "error":
+                        future.result()
+                pending = [future for future in pending if not future.done()]
+                if next_tick is not None and time.monotonic() >= next_tick:
+                    self.progress.update()
+                    next_tick = time.monotonic() + tick
+            for future in self.futures:
+                future.result()
+            self._count()
             self._state = PipelineState.DONE
         except BaseException:
             self._state = PipelineState.FAILED
@@ -485,20 +619,27 @@ class DaskRunnerResult(PipelineResult):
         finally:
             if self._state != PipelineState.DONE:
                 self.client.cancel(self.futures)
-                wait(self.futures, timeout=10, return_when="ALL_COMPLETED")
+                with contextlib.suppress(Exception):  # cancelled futures raise here: the run's error is the one to show
+                    wait(self.futures, timeout=10, return_when="ALL_COMPLETED")
             self.close()
         return self._state
+
+    def _count(self) -> None:
+        entries = ledger.finished(self.shuffle_dir).values()
+        ran = [e for e in entries if e["attempt"] == self.attempt]
+        self.tasks.update(run=len(ran), **{key: sum(e[key] for e in ran) for key in ("reads", "files", "bytes")})
 
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
-        fs.remove_folder(self.shuffle_dir)
+        if self._state == PipelineState.DONE or not self.keep:
+            fs.remove_folder(self.shuffle_dir)
 
     def cancel(self) -> str:
         self.client.cancel(self.futures)
-        self.close()
         self._state = PipelineState.CANCELLED
+        self.close()
         return self._state
 
     def metrics(self) -> Any:
@@ -566,37 +707,71 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
 
 
-def shuffle_folder(options: PipelineOptions) -> str:
-    """A new folder for one run's shuffle files: below ``--temp_location``, else (a LocalCluster's
-    workers share this machine's disk) in the system's temporary folder."""
+def shuffle_folder(options: PipelineOptions) -> tuple[str, bool]:
+    """The folder of one run's stage files and task ledger, and whether it is named (kept after a
+    failure, resumed): ``--dask_task_folder``; else a new folder below ``--temp_location``, else
+    (a LocalCluster's workers share this machine's disk) in the system's temporary folder."""
+    named = options.view_as(LocalDaskOptions).dask_task_folder
+    if named:
+        return named, True
     temp = options.view_as(GoogleCloudOptions).temp_location
     if temp:
-        return fs.join(temp, f"dask-shuffle-{uuid.uuid4().hex[:12]}")
-    return tempfile.mkdtemp(prefix="polyglot-dask-shuffle-")
+        return fs.join(temp, f"dask-shuffle-{uuid.uuid4().hex[:12]}"), False
+    return tempfile.mkdtemp(prefix="polyglot-dask-shuffle-"), False
 
 
-def translate(pipeline: beam.Pipeline, options: PipelineOptions, shuffle_dir: str) -> tuple[dict[Any, Any], list[Any]]:
-    """The pipeline as ``(dask graph, the keys that run it)``, shuffling through ``shuffle_dir``."""
+def partitions(options: PipelineOptions, client: Any, recorded: ledger.Plan | None) -> int:
+    """The input's partitions: a resumed run's, else ``--dask_npartitions``, else
+    :data:`TASKS_PER_THREAD` per worker thread of the cluster (at most :data:`MAX_CREATE_PARTITIONS`)."""
+    if recorded is not None:
+        return recorded.partitions
+    given = options.view_as(beam_dask.DaskOptions).npartitions
+    if given:
+        return given
+    threads = sum(client.nthreads().values()) or 1
+    return min(MAX_CREATE_PARTITIONS, TASKS_PER_THREAD * threads)
+
+
+def translate(pipeline: beam.Pipeline, options: PipelineOptions, shuffle_dir: str, n_partitions: int) -> _Translate:
+    """The pipeline translated (``graph``, ``plan()``, ``sinks()``), shuffling through ``shuffle_dir``."""
     bag_options = options.view_as(beam_dask.DaskOptions)
     if bag_options.partition_size:
         raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
     pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
-    translation = _Translate(bag_options.npartitions, shuffle_dir)
+    translation = _Translate(n_partitions, shuffle_dir)
     pipeline.visit(translation.count_readers())
     pipeline.visit(translation)
-    return translation.graph, translation.sinks()
+    return translation
 
 
 class DaskRunner(beam_dask.DaskRunner):
-    """``--runner DaskRunner``: the same graph on a dask.distributed cluster (see the module doc)."""
+    """``--runner DaskRunner``: the same graph on a dask.distributed cluster (see the module doc).
+
+    On a task folder with a ledger (``--dask_task_folder`` of a run that did not finish), the
+    tasks with a marker are not run again; a graph of other stages or task counts is refused."""
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> DaskRunnerResult:
         client, cluster = connect(options)
-        result = DaskRunnerResult(client, cluster, [], shuffle_folder(options))
+        folder, keep = shuffle_folder(options)
+        result = DaskRunnerResult(client, cluster, folder, keep)
         try:
-            graph, sinks = translate(pipeline, options, result.shuffle_dir)
+            recorded = ledger.read_plan(folder) if keep else None
+            translation = translate(pipeline, options, folder, partitions(options, client, recorded))
+            plan = translation.plan()
+            if recorded is not None and recorded.shape() != plan.shape():
+                raise UserError(f"{folder}: the unfinished run there has other stages (another config, input or "
+                                "version); run without --resume to start afresh")
+            done = ledger.finished(folder) if recorded is not None else {}
+            sinks = translation.sinks(folder, result.attempt, done)
+            ledger.write_plan(folder, plan)
+            result.tasks = {"total": sum(stage.tasks for stage in plan.stages), "reused": len(done)}
+            result.interval = options.view_as(LocalDaskOptions).dask_progress_interval
+            result.progress = ledger.Progress(folder, plan, done)
+            if done:
+                LOG.warning("resuming %s: %d of %d tasks finished before, not run again", folder, len(done),
+                            result.tasks["total"])
             client.register_plugin(store_options_plugin(options))
-            result.futures = list(client.get(graph, sinks, sync=False))
+            result.futures = list(client.get(translation.graph, sinks, sync=False))
         except BaseException:
             result.close()
             raise

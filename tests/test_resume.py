@@ -1,0 +1,140 @@
+"""Resuming a DaskRunner run whose driver was killed (SIGKILL, with its LocalCluster): the tasks a
+marker says finished are not run again, and the corpus is byte-identical to an undisturbed run's.
+The kill points are the runner's fault points (``POLYGLOT_FAULT=task:<stage>@<task>``: the worker
+that starts that task stops there), so each test kills at the same place every time; the other
+worker goes on meanwhile, as a real run would."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_engines import output_digests, planted_corpus
+
+from pipeline.__main__ import main
+from pipeline.output.layout import RUN_FILE, RUN_STATE, STAGING
+
+pytestmark = pytest.mark.timeout(900)
+
+READ_AGAIN = "Read/JoinByFile/CoGroupByKeyImpl/Tag[0]"  # the second read of the input: the first stage is done
+MID_SHUFFLE = "Read/FindDuplicates"  # reads its piece of every hash partition's file
+NEAR_DUP_ROUND = "NearDedup/Components/LargeStar3/Link/ParDo(_Star)"
+WRITE = "WriteCorpus/WriteShard/ParDo(WriteShard)/ParDo(WriteShard)"
+
+
+@pytest.fixture(scope="module")
+def job(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
+    """The planted corpus (both dedup stages cross files), near-dup and perplexity on, and the
+    bytes of an undisturbed DaskRunner run of it."""
+    root = tmp_path_factory.mktemp("resume")
+    inputs = planted_corpus(sample, sample_corpus, root / "in")
+    config = ["--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"),
+              "--set", f"perplexity.models={sample_lms}", "--set", "write.shard_size_mb=0.25",
+              "--set", "beam_options=[]", "--runner", "DaskRunner", "--dask_num_workers", "2"]
+    assert main(["run", "--no-progress", *config, "--output", str(root / "reference")]) == 0
+    return {"config": config, "reference": output_digests(root / "reference")}
+
+
+def run_cli(config: list[str], out: Path, temp: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "POLYGLOT_FAULT": f"task:{fault}"} if fault else {
+        k: v for k, v in os.environ.items() if k != "POLYGLOT_FAULT"}
+    return subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--no-progress", *config, "--output", str(out),
+                             "--temp_location", str(temp), *extra], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _group(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except OSError:
+        return None
+
+
+def kill_at(config: list[str], out: Path, temp: Path, fault: str, *extra: str) -> int:
+    """Runs until a worker reaches ``fault``, then SIGKILLs the driver and every process of its
+    session (its LocalCluster's scheduler, nannies and workers). Returns the finished tasks' markers."""
+    proc = run_cli(config, out, temp, *extra, fault=fault)
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("fault point"):
+            break
+        assert time.monotonic() < deadline, "the fault point was not reached"
+    else:
+        pytest.fail(f"the run ended (rc {proc.wait()}) without reaching {fault}: {''.join(seen[-30:])}")
+    time.sleep(1.0)  # the other worker finishes what it was doing: some markers written after the fault point
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while alive := [p for p in psutil.process_iter(["pid"]) if _group(p) == proc.pid and p.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, f"processes survived: {alive}"
+        time.sleep(0.2)
+    [folder] = temp.glob("polyglot-run-*")
+    return len(list((folder / "tasks").glob("*.json")))
+
+
+def resume_to_end(job: dict, out: Path, temp: Path, reused: int) -> None:
+    proc = run_cli(job["config"], out, temp, "--resume")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert output_digests(out) == job["reference"]
+    tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
+    assert tasks["reused"] == reused > 0
+    assert tasks["run"] + tasks["reused"] == tasks["total"]  # a reused task run again would count twice
+    assert not list(temp.glob("polyglot-run-*")) and not list(out.glob(f"{STAGING}*"))
+
+
+def test_killed_driver_resumes_three_times_with_the_same_bytes(job, tmp_path):
+    """Killed after the first read, during a near-dup round and during the write, each time resumed:
+    each resume reuses every task finished before it, and the end is the undisturbed run's bytes."""
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    first = kill_at(job["config"], out, temp, f"{READ_AGAIN}@1")
+    [staging] = out.glob(f"{STAGING}*")
+    state = json.loads((staging / RUN_STATE).read_text())
+    assert Path(state["task_folder"]).parent == temp
+    second = kill_at(job["config"], out, temp, f"{NEAR_DUP_ROUND}@0", "--resume")
+    assert second > first
+    third = kill_at(job["config"], out, temp, f"{WRITE}@2", "--resume")
+    assert third > second
+    resume_to_end(job, out, temp, third)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [f"{READ_AGAIN}@0", f"{MID_SHUFFLE}@1", f"{NEAR_DUP_ROUND}@1", f"{WRITE}@0"])
+def test_killed_driver_resumes_from_each_point(job, tmp_path, point):
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    resume_to_end(job, out, temp, kill_at(job["config"], out, temp, point))
+
+
+def test_status_and_resume_mistakes(job, tmp_path, capsys):
+    """`pipeline status` on an unfinished run, the output and the temp folder; --resume with another
+    config, or on the DirectRunner, is one line; a run without --resume removes the unfinished one."""
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    done = kill_at(job["config"], out, temp, f"{READ_AGAIN}@0")
+    capsys.readouterr()
+    for path in (out, temp, next(temp.glob("polyglot-run-*"))):
+        assert main(["status", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert f"{done}/" in text and "tasks done" in text, text
+        assert "[done] Read/HashParagraphs: 6/6 tasks, 6/6 input files" in text, text
+        assert "[pending] WriteCorpus/WriteShard" in text
+    changed = [*job["config"], "--set", "lid.threshold=0.6"]
+    assert main(["run", *changed, "--output", str(out), "--temp_location", str(temp), "--resume"]) == 2
+    assert "had another config, input files or version; run without --resume" in capsys.readouterr().err
+    direct = [*job["config"][:-4], "--resume"]
+    assert main(["run", *direct, "--output", str(out)]) == 2
+    assert "--resume needs --runner DaskRunner" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+    assert "no run found" in capsys.readouterr().err
+    assert main(["run", "--no-progress", *job["config"], "--output", str(out), "--temp_location", str(temp)]) == 0
+    assert output_digests(out) == job["reference"]
+    assert not list(temp.glob("polyglot-run-*"))
+    assert json.loads((out / RUN_FILE).read_text())["tasks"]["reused"] == 0
