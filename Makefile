@@ -23,6 +23,7 @@ bench: setup
 	$(PY) workflows/bench_floor.py
 	$(PY) workflows/bench_engines.py
 	$(PY) workflows/bench_scaling.py
+	$(PY) workflows/bench_shuffle.py --per-file
 	$(PY) workflows/capacity.py --out docs/capacity.md
 	$(PY) workflows/bench_perplexity.py
 	$(PY) workflows/bench_neardup.py

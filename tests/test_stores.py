@@ -300,3 +300,127 @@ def test_the_dask_runner_shuffles_through_a_bucket(s3_server, local_reference, t
     assert written(out) == written(local)
     pages = s3_server.client.get_paginator("list_objects_v2").paginate(Bucket="polyglot", Prefix="tmp/")
     assert [o["Key"] for page in pages for o in page.get("Contents", [])] == []
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of moto's S3 server that answers as S3 does under load:
+    every ``slow_every``-th request gets ``503 SlowDown`` (nothing reaches the server), and every
+    ``cut_every``-th object GET gets its headers and half its body, then the connection closes.
+    The faults are by request number, so a run meets the same share of them every time."""
+
+    SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                 b"<Message>Please reduce your request rate.</Message></Error>")
+    HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+
+    def __init__(self, upstream: str, slow_every: int = 10, cut_every: int = 7) -> None:
+        import http.client
+        import itertools
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        target = urlsplit(upstream)
+        numbers, gets, lock = itertools.count(1), itertools.count(1), threading.Lock()
+        self.faults = {"slow_down": 0, "cut": 0, "requests": 0}
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # a line per request otherwise
+                pass
+
+            def body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while size := int(self.rfile.readline().split(b";")[0], 16):
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b""):  # trailers
+                        pass
+                    return b"".join(chunks)
+                return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+            def relay(self) -> None:
+                body = self.body()
+                with lock:
+                    n = next(numbers)
+                    proxy.faults["requests"] += 1
+                    cut = self.command == "GET" and "?" not in self.path and next(gets) % cut_every == 0
+                if n % slow_every == 0:
+                    with lock:
+                        proxy.faults["slow_down"] += 1
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(FaultProxy.SLOW_DOWN)))
+                    self.end_headers()
+                    if self.command != "HEAD":  # a HEAD answer has no body (S3 then gives no error code)
+                        self.wfile.write(FaultProxy.SLOW_DOWN)
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in FaultProxy.HOP}
+                if body or self.command in ("PUT", "POST"):
+                    headers["Content-Length"] = str(len(body))
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                payload = response.read()
+                conn.close()
+                self.send_response(response.status)
+                for key, value in response.getheaders():  # a HEAD's Content-Length is the object's: kept
+                    if key.lower() not in FaultProxy.HOP and (key.lower() != "content-length" or self.command == "HEAD"):
+                        self.send_header(key, value)
+                if self.command != "HEAD":
+                    self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if cut and response.status in (200, 206) and len(payload) > 1:
+                    with lock:
+                        proxy.faults["cut"] += 1
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = relay
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("engine", [
+    pytest.param(["--direct_num_workers=2", "--direct_running_mode=multi_processing"], id="direct"),
+    # ~3 min: the shuffle's and the task ledger's small objects, every one through the proxy
+    pytest.param(["--runner", "DaskRunner", "--dask_num_workers=2", "--temp_location", "s3://polyglot/tmp"], id="dask",
+                 marks=pytest.mark.slow)])
+def test_a_throttling_store_is_retried_to_the_same_bytes(s3_server, local_reference, engine):
+    """Every 10th request answered 503 SlowDown and every 7th object GET cut mid-body, for the
+    inputs, the models, the output and the DaskRunner's shuffle: the run writes what a local run
+    writes, and stats.json counts the retries (in ``io``, apart from the steps' counters)."""
+    files, lms, cutoffs, local = local_reference
+    bucket = Bucket("s3", s3_server.client, s3_server.flags)
+    fill(bucket, files, lms, cutoffs)
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        flags = [f if not f.startswith("--s3_endpoint_url=") else f"--s3_endpoint_url={proxy.endpoint}" for f in s3_server.flags]
+        assert store_run(Bucket("s3", s3_server.client, flags), *engine) == 0
+    finally:
+        proxy.stop()
+    assert proxy.faults["slow_down"] >= 10 and proxy.faults["cut"] >= 3, proxy.faults
+    stored = bucket.digests("corpus/")
+    local_files = written(local)
+    assert sorted(stored) == sorted(local_files)
+    assert stored["sampling.json"] == local_files["sampling.json"]
+    stats = without_model_paths(stored["stats.json"])
+    assert 0 < stats.pop("io")["s3_retries"] <= proxy.faults["slow_down"]  # the workers' (not the driver's listing and commit)
+    assert stats == without_model_paths(local_files["stats.json"])
+    shards = sorted(k for k in stored if k.startswith("lang="))
+    assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
+    assert not bucket.keys("tmp/")

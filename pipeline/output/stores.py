@@ -33,6 +33,39 @@ S3_FLAGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_
 
 _S3_CLIENTS: dict[tuple[Any, ...], Any] = {}
 _S3_LOCK = threading.Lock()
+RETRY_MODE, MAX_ATTEMPTS = "standard", 10
+"""botocore's retries for the run's S3 requests (throttling, 5xx, connection errors), with
+exponential backoff: ``AWS_RETRY_MODE`` (``standard``, ``adaptive``: also slows the client down
+while S3 throttles) and ``AWS_MAX_ATTEMPTS`` replace them, as in every AWS SDK."""
+_RETRIED = {"total": 0, "taken": 0}
+
+
+def _count_retries(parsed: dict[str, Any] | None = None, **_: Any) -> None:
+    """botocore's ``after-call`` event: how many times the call was retried before it succeeded."""
+    attempts = (parsed or {}).get("ResponseMetadata", {}).get("RetryAttempts", 0)
+    if attempts:
+        with _S3_LOCK:
+            _RETRIED["total"] += attempts
+
+
+def take_retries() -> int:
+    """S3 retries of this process since the last call (a step counts them into stats.json)."""
+    with _S3_LOCK:
+        new = _RETRIED["total"] - _RETRIED["taken"]
+        _RETRIED["taken"] = _RETRIED["total"]
+    return new
+
+
+def _client(opts: dict[str, Any], **config: Any) -> Any:
+    """A boto3 S3 client with the options Beam's S3 filesystem takes (``--s3_*``)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client(
+        "s3", region_name=opts.get("s3_region_name"), api_version=opts.get("s3_api_version"),
+        use_ssl=not opts.get("s3_disable_ssl"), verify=opts.get("s3_verify"), endpoint_url=opts.get("s3_endpoint_url"),
+        aws_access_key_id=opts.get("s3_access_key_id"), aws_secret_access_key=opts.get("s3_secret_access_key"),
+        aws_session_token=opts.get("s3_session_token"), config=Config(**config))
 
 
 def share_s3_clients() -> None:
@@ -42,6 +75,8 @@ def share_s3_clients() -> None:
     ``rename``, ``open``); botocore then re-reads its service definitions, about 0.2 s a time,
     which made a run of two sample files from and to S3 spend 20 of its 30 s creating clients.
     boto3's clients are thread-safe; Beam's wrapper keeps its per-download state per instance.
+    The shared client retries as :data:`RETRY_MODE` says (Beam's own has botocore's legacy
+    5 attempts) and counts its retries (:func:`take_retries`).
     """
     from apache_beam.io.aws.clients.s3 import boto3_client
 
@@ -57,10 +92,11 @@ def share_s3_clients() -> None:
             with _S3_LOCK:
                 client = _S3_CLIENTS.get(key)
             if client is None:
-                super().__init__(options)
+                client = _client(opts, retries={"mode": os.environ.get("AWS_RETRY_MODE", RETRY_MODE),
+                                                "total_max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", MAX_ATTEMPTS))})
+                client.meta.events.register("after-call.s3", _count_retries)
                 with _S3_LOCK:
-                    _S3_CLIENTS[key] = self.client
-                return
+                    client = _S3_CLIENTS.setdefault(key, client)
             self.client = client
             self._download_request, self._download_stream, self._download_pos = None, None, 0
 
@@ -98,16 +134,10 @@ def bucket_and_key(path: str) -> tuple[str, str]:
 
 
 def s3_client(options: PipelineOptions) -> Any:
-    """A boto3 S3 client with the options Beam's S3 filesystem uses, failing fast."""
-    import boto3
-    from botocore.config import Config
-
-    s3 = options.view_as(S3Options)
-    return boto3.session.Session().client(
-        "s3", region_name=s3.s3_region_name, api_version=s3.s3_api_version, use_ssl=not s3.s3_disable_ssl,
-        verify=s3.s3_verify, endpoint_url=s3.s3_endpoint_url, aws_access_key_id=s3.s3_access_key_id,
-        aws_secret_access_key=s3.s3_secret_access_key, aws_session_token=s3.s3_session_token,
-        config=Config(connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S, retries={"max_attempts": 1}))
+    """A boto3 S3 client with the options Beam's S3 filesystem uses, failing fast (3 attempts:
+    throttling is retried, an endpoint that does not answer is not waited for long)."""
+    return _client(options.view_as(S3Options).get_all_options(), connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,
+                   retries={"mode": "standard", "total_max_attempts": 3})  # a throttled probe is not a refusal
 
 
 def _s3_reason(exc: Exception) -> str:

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from ..config import CorpusConfig
 
 Counts = dict[str, dict[str, int]]
+IO_STEP = "io"
+"""Counts of the stores' weather (S3 retries): stats.json keeps them apart from the steps'
+counters, and has them only when there were some, so that a run that met throttling writes
+the same counters, shards and sampling.json as one that did not."""
 """``{step: {name: n}}``, both levels sorted: what stats.json's ``counters`` holds."""
 DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
 Totals = dict[tuple[str, str], tuple[int, int, int]]
@@ -129,9 +133,11 @@ def write_artifacts(corpus: Stats, counters: Counts, cfg: CorpusConfig, n_files:
         report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
     write_json(report, fs.join(cfg.output, "sampling.json"))
+    io = counters.get(IO_STEP)
     write_json({
         "input_files": n_files,
-        "counters": counters,
+        "counters": {step: counts for step, counts in counters.items() if step != IO_STEP},
+        **({"io": io} if io else {}),
         "languages": summary,
         "perplexity": perplexity_report(bins, bucket_cutoffs),
         "config": cfg.to_dict(),

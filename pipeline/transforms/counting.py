@@ -16,7 +16,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ..report.stats import Counts
+from ..output.stores import take_retries
+from ..report.stats import IO_STEP, Counts
 
 COUNTS = "counts"
 MAIN = "main"
@@ -44,6 +45,9 @@ class CountingDoFn(beam.DoFn):
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self.declared:
             raise TypeError(f"{type(self).__name__} was applied without Counted: its counts would be lost")
+        retried = take_retries()  # this process's S3 retries since the last bundle that counted them
+        if retried:
+            self._pending[(IO_STEP, "s3_retries")] += retried
         pending = sorted(self._pending.items())
         self._pending.clear()
         for (step, name), n in pending:
