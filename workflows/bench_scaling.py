@@ -174,7 +174,10 @@ def run(files: list[str], out: Path, runner: list[str], lms: Path, cutoffs: Path
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(cmd[:8])} ...\n{stderr[-3000:]}")
     stats = json.loads((out / "stats.json").read_text())
     output = sum(os.path.getsize(p) for p in shard_files(str(out)))
-    return {"wall_s": round(wall, 2), "output_mb": round(output / 2**20, 2), "documents": stats["counters"]["read"]["documents"],
+    tasks = json.loads((out / "run.json").read_text()).get("tasks")  # the DaskRunner's shuffle
+    shuffle = {"shuffle": {"partitions": tasks["partitions"], "shuffles": tasks["shuffles"], "files": tasks["files"],
+                           "reads": tasks["reads"], "mb": round(tasks["bytes"] / 2**20, 1)}} if tasks else {}
+    return {**shuffle, "wall_s": round(wall, 2), "output_mb": round(output / 2**20, 2), "documents": stats["counters"]["read"]["documents"],
             "kept": stats["counters"]["write"]["documents"], "driver_rss_mb": round(driver / 2**20, 1),
             "worker_rss_mb": sorted(round(w / 2**20, 1) for w in workers),
             "near_duplicates": stats["counters"]["near_dedup"]["documents_in"] - stats["counters"]["near_dedup"]["documents_out"]}

@@ -54,6 +54,28 @@ def plan(m: dict, wet_bytes: float, pages: float, hours: float, vcpus_per_worker
     }
 
 
+def dask_shuffle(results: dict, wet_bytes: float, args: argparse.Namespace) -> list[str]:
+    """The DaskRunner's shuffle folder at the snapshot's size: its disk (the stages' files, all kept
+    until the run ends, in proportion to the input) and its reads (each GroupByKey reads a piece
+    of every partition's file for every output partition: at most partitions^2, whatever the
+    number of input files), from the largest measured Dask run that recorded them."""
+    rows = [r for r in results["runs"].get("DaskRunner 2 workers", []) if "shuffle" in r]
+    if not rows:
+        return []
+    row, m = rows[-1], measured(results, "DaskRunner 2 workers")
+    s = row["shuffle"]
+    cores = plan(m, wet_bytes, args.pages, args.hours, args.vcpus, args.headroom)["cores"]
+    partitions = min(1024, 4 * cores)  # TASKS_PER_THREAD per worker thread, at most MAX_CREATE_PARTITIONS
+    return ["", f"Dask's shuffle folder (`--temp_location`): measured at {row['input_mb']} MB, {s['mb']:,} MB of "
+            f"stage files ({s['mb'] / row['input_mb']:.2f} MB per MB of input), {s['files']:,} files and {s['reads']:,} "
+            f"piece reads over {s['shuffles']} GroupByKeys at {s['partitions']} partitions "
+            f"({s['reads'] / max(1, s['shuffles']):,.0f} reads per GroupByKey). At the snapshot's size: "
+            f"{wet_bytes * s['mb'] / row['input_mb'] / TIB:.2f} TiB of disk at the peak (the end of the run), and "
+            f"{partitions:,} partitions (4 per core of {cores:,}), so at most {partitions ** 2:,} reads and "
+            f"{partitions:,} files per GroupByKey, whatever the number of WET files (1,000 WET files gave the "
+            f"same figures as 8 at 2 workers: BENCHMARKS.md)."]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default=str(ROOT / "docs" / "bench_scaling.json"))
@@ -112,6 +134,7 @@ def main() -> None:
               "at its measured peak RSS times the headroom. The dedup shuffle is the paragraph-hash occurrences "
               "(16 bytes each); the near-dup stage shuffles LSH band keys in addition, about bands x 48 bytes per "
               "document. Dataflow adds its own per-job overhead; a Dask cluster adds a scheduler machine."]
+    lines += dask_shuffle(results, wet, args)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -424,6 +424,7 @@ class _Translate(PipelineVisitor):
         self.create_partitions = create_partitions
         self.shuffle_dir = shuffle_dir
         self.shuffle_partitions = 1  # a GroupByKey's output partitions: at most the widest Create's
+        self.shuffles = 0  # GroupByKeys
         self.creates: dict[str, tuple[str, list[list[int]]]] = {}  # a Create: its label, partitions' [start, end)
         self.ids = itertools.count()
 
@@ -499,6 +500,7 @@ class _Translate(PipelineVisitor):
             self._pardo(node, name, inputs[0])
         elif isinstance(transform, _GroupByKeyOnly):
             n = min(self._count(inputs[0]), self.shuffle_partitions)
+            self.shuffles += 1
             splits = self._split(inputs[0], n, node)
             # the split files' names in one task, which each group task reads: 2n dependencies
             # rather than n x n, which grew the scheduler's and every worker's state with the corpus
@@ -575,7 +577,9 @@ class DaskRunnerResult(PipelineResult):
 
     ``tasks`` counts the stage tasks: ``total``, ``reused`` (finished by an earlier driver on the
     same folder, not run again) and, once finished, ``run`` (those this driver ran), with the
-    shuffle's ``reads``, ``files`` and ``bytes``."""
+    input's ``partitions``, the GroupByKeys (``shuffles``), and the files the stages wrote for one
+    another (``files``, ``bytes``: the task folder's size at the end) and the pieces they read
+    (``reads``), by the tasks this driver ran."""
 
     def __init__(self, client: Any, cluster: Any, shuffle_dir: str, keep: bool) -> None:
         super().__init__(PipelineState.RUNNING)
@@ -764,7 +768,8 @@ class DaskRunner(beam_dask.DaskRunner):
             done = ledger.finished(folder) if recorded is not None else {}
             sinks = translation.sinks(folder, result.attempt, done)
             ledger.write_plan(folder, plan)
-            result.tasks = {"total": sum(stage.tasks for stage in plan.stages), "reused": len(done)}
+            result.tasks = {"total": sum(stage.tasks for stage in plan.stages), "reused": len(done),
+                            "partitions": plan.partitions, "shuffles": translation.shuffles}
             result.interval = options.view_as(LocalDaskOptions).dask_progress_interval
             result.progress = ledger.Progress(folder, plan, done)
             if done:
