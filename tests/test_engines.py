@@ -28,6 +28,8 @@ from pipeline.output.shards import read_shard
 
 PY = Path(sys.executable)
 COMPARED = ("stats.json", "sampling.json")
+BUILT = pytest.mark.skipif(not (PY.parent.parent / "beam-job-servers").exists(),
+                           reason="Beam's job servers not built (workflows/setup.sh needs java and mvn)")
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -312,9 +314,16 @@ def test_local_cluster_listens_on_loopback_only():
 
 @pytest.mark.parametrize("engine, expected", [
     (["--runner", "PortableRunner"], "--runner PortableRunner needs --job_endpoint"),
-    (["--runner", "FlinkRunner"], "pass --flink_job_server_jar=PATH"),
-    (["--runner", "SparkRunner"], "pass --spark_job_server_jar=PATH"),
     (["--runner", "FlinkRunner", "--flink_job_server_jar", "/no/such.jar"], "/no/such.jar"),
+    (["--runner", "SparkRunner", "--spark_job_server_jar", "https://example.invalid/spark-job-server.jar"],
+     "would be downloaded from https://example.invalid/spark-job-server.jar: run workflows/setup.sh"),
+    (["--runner", "FlinkRunner", "--flink_version", "1.18"], "--flink_version: invalid choice: '1.18'"),
+    (["--runner", "FlinkRunner", "--job_server_java_launcher", "no-such-java"], "'no-such-java' is not on PATH"),
+    pytest.param(["--runner", "FlinkRunner", "--flink_version", "2.0"], "the job server set-up built", marks=BUILT),
+    pytest.param(["--runner", "FlinkRunner", "--flink_master", f"127.0.0.1:{free_port()}"],
+                 "--flink_master (Flink's REST endpoint) 127.0.0.1:", marks=BUILT),
+    pytest.param(["--runner", "SparkRunner", "--spark_master_url", f"spark://127.0.0.1:{free_port()}"],
+                 "--spark_master_url (the Spark master) 127.0.0.1:", marks=BUILT),
     (["--runner", "DaskRunner", "--dask_frobnicate=1"], "unknown option or argument '--dask_frobnicate=1'"),
     (["--runner", "DaskRunner", "--dask_num_workers=abc"], "--dask_num_workers: invalid int value: 'abc'"),
     (["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1"),

