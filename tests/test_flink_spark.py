@@ -79,43 +79,51 @@ def test_flink_local_writes_the_direct_runner_bytes(planted, tmp_path):
                "--environment_type", "LOOPBACK") == planted["reference"]
 
 
-def _busy(flink: clusters.FlinkCluster, seconds: float):
-    """ready(): a job has been running for ``seconds`` with SDK workers up (mid-run, work under way)."""
-    since: list[float] = []
+def _busy(flink: clusters.FlinkCluster, workers: int = 2, seconds: float = 8):
+    """ready(): a job is running and its ``workers`` SDK workers have been up ``seconds`` (connected
+    and at work: Beam's Flink runner waits without end for an SDK worker that dies while starting)."""
+    import psutil
 
-    def ready(workers: list[int]) -> bool:
-        if flink.overview()["jobs-running"] and workers:
-            since.append(since[0] if since else time.monotonic())
-        return bool(since) and time.monotonic() - since[0] > seconds
+    def ready(pids: list[int]) -> bool:
+        try:
+            ages = [time.time() - psutil.Process(pid).create_time() for pid in pids]
+        except psutil.Error:
+            return False
+        return len(ages) >= workers and min(ages) > seconds and flink.overview()["jobs-running"] == 1
 
     return ready
 
 
+def restarts(flink: clusters.FlinkCluster) -> int:
+    """The failures the cluster's only job recovered from (Flink's exception history)."""
+    [job] = flink.rest("jobs/overview")["jobs"]
+    assert job["state"] == "FINISHED"
+    return len(flink.rest(f"jobs/{job['jid']}/exceptions")["exceptionHistory"]["entries"])
+
+
 @pytest.mark.slow
-def test_flink_survives_a_killed_taskmanager(planted, pool, tmp_path):
+def test_flink_survives_a_killed_taskmanager(planted, tmp_path):
     """The only TaskManager SIGKILLed mid-run and a new one started (what a supervisor does): the
     restart strategy runs the job again on it, and the output is the undisturbed run's."""
-    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink:
+    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, clusters.WorkerPool(tmp_path / "pool") as pool:
         def kill(_workers: list[int]) -> None:
             flink.kill(flink.taskmanagers[0])
             flink.taskmanagers.append(flink.start_taskmanager())
 
-        with Watch(pool, _busy(flink, 5), kill) as watch:
+        with Watch(pool, _busy(flink), kill) as watch:
             digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
         assert watch.acted, "the job ended before the TaskManager could be killed"
-        jobs = clusters._json(f"http://{flink.master}/jobs/overview")["jobs"]
-        [job] = jobs
-        exceptions = clusters._json(f"http://{flink.master}/jobs/{job['jid']}/exceptions")
-        assert exceptions["exceptionHistory"]["entries"], "the job was not restarted"
+        assert restarts(flink), "the job was not restarted"
     assert digests == planted["reference"]
 
 
 @pytest.mark.slow
-def test_flink_survives_a_killed_sdk_worker(planted, pool, tmp_path):
+def test_flink_survives_a_killed_sdk_worker(planted, tmp_path):
     """One Python SDK worker process SIGKILLed mid-run: Flink fails the tasks it served, restarts
     them with a new SDK worker, and the output is the undisturbed run's."""
-    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink:
-        with Watch(pool, _busy(flink, 5), lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
+    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, clusters.WorkerPool(tmp_path / "pool") as pool:
+        with Watch(pool, _busy(flink), lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
             digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
         assert watch.acted, "the job ended before an SDK worker could be killed"
+        assert restarts(flink), "the job was not restarted"
     assert digests == planted["reference"]

@@ -155,8 +155,12 @@ class FlinkCluster(_Processes):
     def start_taskmanager(self) -> subprocess.Popen:
         return self._java("taskmanager", "GET_TM_RESOURCE_PARAMS", "org.apache.flink.runtime.taskexecutor.TaskManagerRunner")
 
+    def rest(self, path: str) -> dict:
+        """GET from the JobManager's REST API (``overview``, ``jobs/overview``, ...)."""
+        return _json(f"http://{self.master}/{path}")
+
     def overview(self) -> dict:
-        return _json(f"http://{self.master}/overview")
+        return self.rest("overview")
 
     def wait_for_slots(self, slots: int, timeout: float = 120) -> None:
         _wait(lambda: self.overview()["slots-total"] >= slots, f"Flink with {slots} slots", timeout,
