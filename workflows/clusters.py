@@ -240,6 +240,8 @@ def main() -> int:
     parser.add_argument("--slots", "--cores", dest="slots", type=int, default=2, help="task slots (Flink) or cores (Spark)")
     parser.add_argument("--dir", default=None, help="configuration and logs (default out/<engine>)")
     args = parser.parse_args()
+    if args.slots < 1:
+        parser.error(f"--slots/--cores must be at least 1, got {args.slots}")
     if why := missing():
         parser.error(why)
     root = Path(args.dir or Path("out") / args.engine).resolve()

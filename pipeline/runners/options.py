@@ -72,7 +72,8 @@ def engine_defaults(runner: str, flags: list[str]) -> list[str]:
     given = {flag.split("=", 1)[0] for flag in flags}
     extra = []
     if jar_flag not in given and "--job_endpoint" not in given:
-        built = JOB_SERVERS / runner.removesuffix("Runner").lower() / f"{runner.removesuffix('Runner').lower()}-job-server.jar"
+        engine = runner.removesuffix("Runner").lower()
+        built = JOB_SERVERS / engine / f"{engine}-job-server.jar"
         if built.exists():
             extra.append(f"{jar_flag}={built}")
             if runner == "FlinkRunner" and "--flink_version" not in given:
