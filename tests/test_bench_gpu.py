@@ -22,6 +22,7 @@ def test_without_cuda_it_says_so_and_measures_nothing():
     assert run.returncode == 0 and run.stdout.count("\n") == 1 and "no CUDA device" in run.stdout, run
 
 
+@pytest.mark.slow
 def test_the_same_code_runs_on_the_cpu(tmp_path, sample_tokenizer, sample_tokens):
     results = tmp_path / "results.json"
     run = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--models", "xlmr-tiny", "mdeberta-tiny",

@@ -13,7 +13,7 @@ from conftest import SAMPLE
 from pipeline.__main__ import main
 from pipeline.readers.warc import iter_gzip_members
 
-COPIES, RUNS = 200, 8
+COPIES, RUNS = 200, 4
 RECORDS = 24  # gzip members (records) of each base file
 
 

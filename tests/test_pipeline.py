@@ -389,7 +389,7 @@ def test_near_duplicates_of_the_sample_are_removed(sample, tmp_path):
     assert sum(r["minhash_cluster_size"] - 1 for r in rows) == len(removed)
 
 
-@pytest.mark.parametrize("point, survivor", [("commit@0", "old"), ("replace@3", "new")])
+@pytest.mark.parametrize("point, survivor", [("commit@0", "old"), pytest.param("replace@3", "new", marks=pytest.mark.slow)])
 def test_a_run_killed_while_replacing_the_corpus_leaves_a_whole_one(sample, tmp_path, point, survivor):
     """SIGKILL after the job but before the commit marker: the old corpus stays; during the moves
     (3 files moved: a mix on disk): the next run, or `recover`, finishes the moves from the marker."""

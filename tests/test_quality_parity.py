@@ -25,6 +25,11 @@ from datatrove.data import Document  # noqa: E402
 from datatrove.pipeline.formatters import FTFYFormatter, PIIFormatter, SymbolLinesFormatter  # noqa: E402
 from datatrove.utils.word_tokenizers import load_word_tokenizer  # noqa: E402
 
+# make test: a language of each script and word tokenizer (Latin with spaCy, Cyrillic, Arabic and Urdu,
+# Vietnamese with pyvi, Thai, Chinese with jieba, Hindi); make test-slow: every XNLI language.
+FAST = {"en", "ru", "ar", "ur", "vi", "th", "zh", "hi"}
+LANGS = [lang if lang in FAST else pytest.param(lang, marks=pytest.mark.slow) for lang in XNLI]
+
 PROFILE = ROOT.parent / "configs" / "corpus" / "fineweb2.yaml"
 FILTERS = (GopherRepetition, FineWebQuality, GopherQuality)
 
@@ -64,7 +69,7 @@ def check_filters(lang: str, profile, texts: list[str], step: int) -> None:
     assert len(dropped - {None}) >= 6, f"the planted documents reach too few checks in {lang}: {sorted(dropped - {None})}"
 
 
-@pytest.mark.parametrize("lang", XNLI)
+@pytest.mark.parametrize("lang", LANGS)
 def test_filters_decide_as_datatrove(lang: str, profile, pages: list[str]) -> None:
     """Every third step of each sweep, a ninth of the sample's pages (make test-slow: all of both)."""
     check_filters(lang, profile, [page for page in pages if page.strip()][::9], step=3)
@@ -76,7 +81,7 @@ def test_filters_decide_as_datatrove_everywhere(lang: str, profile, pages: list[
     check_filters(lang, profile, pages, step=1)
 
 
-@pytest.mark.parametrize("lang", XNLI)
+@pytest.mark.parametrize("lang", LANGS)
 def test_words_are_datatrove_words(lang: str, pages: list[str]) -> None:
     """The word tokenizer (with its per-piece cache for spaCy's rule-based languages) gives
     datatrove's tokens, and no XNLI language falls back."""
@@ -167,7 +172,7 @@ C4_PLANTED = [
 ]
 
 
-@pytest.mark.parametrize("lang", XNLI)
+@pytest.mark.parametrize("lang", LANGS)
 def test_c4_decides_and_cuts_as_datatrove(lang: str, pages: list[str]) -> None:
     from datatrove.pipeline.filters import C4QualityFilter
 

@@ -3,10 +3,12 @@ and with two workers, the DaskRunner on a LocalCluster, and the PortableRunner; 
 every filter per language, and the report's funnel shows each."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -31,18 +33,20 @@ def run(out: Path, args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory) -> dict[str, Path]:
+def outputs(tmp_path_factory) -> Callable[[str], Path]:
+    """The output of a run in ``RUNS``, run once on first use."""
     root = tmp_path_factory.mktemp("fw2")
-    done = {}
-    for name, args in RUNS.items():
-        result = run(root / name, args)
+
+    @functools.cache
+    def output(name: str) -> Path:
+        result = run(root / name, RUNS[name])
         assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
-        done[name] = root / name
-    return done
+        return root / name
+    return output
 
 
 def test_every_filter_is_counted_per_language_and_in_the_funnel(outputs) -> None:
-    out = outputs["direct1"]
+    out = outputs("direct1")
     counters = json.loads((out / "stats.json").read_text())["counters"]
     for step in ("gopher_repetition", "fineweb_quality", "gopher_quality"):
         drops = {k: v for k, v in counters[step].items() if k != "documents_out" and "/" not in k}
@@ -57,6 +61,7 @@ def test_every_filter_is_counted_per_language_and_in_the_funnel(outputs) -> None
         assert f"| after {step} | {counters[step]['documents_out']:,} |" in funnel
 
 
-@pytest.mark.parametrize("name", ["direct2", "dask", "portable"])
+@pytest.mark.parametrize("name", [pytest.param("direct2", marks=pytest.mark.slow), "dask",
+                                  pytest.param("portable", marks=pytest.mark.slow)])
 def test_the_same_bytes_on_every_runner(outputs, name: str) -> None:
-    assert digests(outputs[name]) == digests(outputs["direct1"])
+    assert digests(outputs(name)) == digests(outputs("direct1"))

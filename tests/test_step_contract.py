@@ -90,6 +90,7 @@ def test_a_filter_added_as_one_module_reaches_stats_report_and_removed(toy):
     assert "min_words: too_few_words" in funnel  # the per-language drops table's column
 
 
+@pytest.mark.slow
 def test_the_filter_gives_the_same_bytes_on_the_dask_runner(toy):
     reference = toy / "direct"
     if not reference.exists():

@@ -55,7 +55,7 @@ class Bucket:
         return {k[len(prefix):]: self.get(k) for k in self.keys(prefix) if not k.endswith("run.json")}
 
 
-@pytest.fixture(params=["s3", "gs"])
+@pytest.fixture(params=["s3", pytest.param("gs", marks=pytest.mark.slow)])
 def bucket(request) -> Bucket:
     if request.param == "s3":
         server = request.getfixturevalue("s3_server")
@@ -139,6 +139,7 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
     assert bucket.get("derived/cutoff.csv").startswith(b",ar,de,el,en,")
 
 
+@pytest.mark.slow  # make test keeps the local case (test_pipeline.py)
 def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_reference, monkeypatch):
     files, lms, cutoffs, _ = local_reference
     fill(bucket, files[:1], lms, cutoffs)
@@ -278,6 +279,7 @@ def test_tokenizer_and_token_shards_from_a_corpus_in_a_bucket(s3_server, sample_
                      "--out", str(tmp_path / "none"), *s3_server.flags]) == 2
 
 
+@pytest.mark.slow
 def test_the_dask_runner_shuffles_through_a_bucket(s3_server, local_reference, tmp_path):
     """With ``--temp_location`` in a bucket, the DaskRunner's stages hand each other objects there,
     each reader reading only its piece's byte range; the corpus is the local run's, and the run's

@@ -162,7 +162,8 @@ def test_zero_stages_train(stage: int, model: str, tmp_path: Path, single_rank: 
     assert (tmp_path / "run" / "checkpoints" / LATEST).read_text() == "step-10"
 
 
-@pytest.mark.parametrize("model", ["xlmr-tiny", pytest.param("mdeberta-tiny", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["xlmr-tiny", "mdeberta-tiny"])
 def test_compiled_model_trains_like_the_eager_one(model: str, tmp_path: Path, single_rank: None,
                                                   sample_tokenizer: Path, sample_tokens: Path) -> None:
     """``compile: true`` (DeepSpeed's engine.compile, torch.compile with inductor) on CPU: the same

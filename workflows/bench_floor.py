@@ -9,12 +9,20 @@ Floor stages, each timed on its own over every document:
   * LID: fastText ``predict`` (one batched call) on exactly the text our LID sees (after dedup,
     newlines replaced as ``lid.newlines`` says);
   * Arrow: the kept rows as one Arrow table, written as one IPC file.
+With ``--full`` the chain is the whole one (``+ near_dedup, perplexity``; SentencePiece + KenLM
+models per sample language trained once by ``bench_perplexity.ensure_models``) and two stages join
+the floor:
+  * MinHash: the vectorized signatures (``minhash.signatures``, one call per shingle kind) of the
+    text near-dup sees (after LID);
+  * perplexity: CCNet's normalization, SentencePiece pieces and the KenLM score of every document
+    whose language has a model (``perplexity.document_perplexity``).
 The floor leaves out what a chain must also do: find the duplicates among the hashes, cut the
-paragraphs out, shard by language and write stats. ``floor / time`` is printed per run (for 2
-workers against half the floor: both cores busy). The machine's speed per core is printed as the
-time of a fixed 10-million-addition Python loop, to compare figures taken on other machines.
+paragraphs out, band and join the near-duplicates, shard by language and write stats.
+``floor / time`` is printed per run (for 2 workers against half the floor: both cores busy). The
+machine's speed per core is printed as the time of a fixed 10-million-addition Python loop, to
+compare figures taken on other machines.
 
-    .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2]
+    .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full]
 """
 from __future__ import annotations
 
@@ -24,13 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_pipeline import ROOT, after_dedup, bench_config, build_input
+from bench_perplexity import ensure_models
+from bench_pipeline import ROOT, STEPS, after_dedup, bench_config, build_input
 from pipeline.output import shards
 from pipeline.run import run_corpus
 from pipeline.steps.lid import LanguageIdentifier
+from pipeline.steps import minhash
 from pipeline.steps.normalize import paragraph_hashes
-
-STEPS = "[dedup, lid]"
+from pipeline.steps.perplexity import PerplexityScorer, document_perplexity
 
 
 def loop_seconds() -> float:
@@ -41,12 +50,11 @@ def loop_seconds() -> float:
     return time.perf_counter() - start
 
 
-def floor(inputs: list[str], work: Path) -> dict[str, float]:
-    """Seconds of each stage alone, on one core."""
+def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
+    """Seconds of each stage alone, on one core (MinHash and perplexity where ``cfg`` has those steps)."""
     import fastwarc.warc as fw
     import pyarrow as pa
 
-    cfg = bench_config(inputs, str(work / "unused"), 1, STEPS)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     texts = []
@@ -69,6 +77,24 @@ def floor(inputs: list[str], work: Path) -> dict[str, float]:
     seconds["lid"] = time.perf_counter() - start
 
     kept = [{**doc, "lang": label[0][9:]} for doc, label in zip(docs, labels)]
+    if "near_dedup" in cfg.steps:
+        near = cfg.section("near_dedup")
+        by_kind: dict[str, list[str]] = {}
+        for doc in kept:
+            by_kind.setdefault(minhash.shingle_kind(doc["lang"], near.shingle), []).append(doc["text"])
+        start = time.perf_counter()
+        for kind, texts in by_kind.items():
+            minhash.signatures(texts, near, kind)
+        seconds["minhash"] = time.perf_counter() - start
+    if "perplexity" in cfg.steps:
+        scorer = PerplexityScorer(cfg.section("perplexity"))
+        scorer.prepare()
+        scored = [(doc["text"], scorer.models(doc["lang"])) for doc in kept]  # models loaded untimed
+        start = time.perf_counter()
+        for text, models in scored:
+            if models:
+                document_perplexity(text, *models)
+        seconds["perplexity"] = time.perf_counter() - start
     start = time.perf_counter()
     table = shards.docs_to_table(kept)
     with pa.OSFile(str(work / "floor.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -82,31 +108,35 @@ def main() -> None:
     parser.add_argument("--target-mb", type=float, default=50.0, help="size of the generated WET input (gzip MB)")
     parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of everything; the best time of each counts")
+    parser.add_argument("--full", action="store_true", help="the whole chain: + near_dedup and perplexity")
     args = parser.parse_args()
     if args.repeat < 1 or args.target_mb <= 0:
         parser.error(f"--repeat must be at least 1 and --target-mb above 0, got {args.repeat} and {args.target_mb}")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
+    steps, extra = STEPS, []
+    if args.full:
+        ensure_models(work / "lm")
+        steps, extra = "[dedup, lid, near_dedup, perplexity]", [f"perplexity.models={work / 'lm'}"]
     best: dict[str, float] = {}
     for round_ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=work) as tmp:
-            for stage, seconds in floor(inputs, Path(tmp)).items():
+            for stage, seconds in floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra)).items():
                 best[stage] = min(best.get(stage, seconds), seconds)
         for workers in (1, 2):
             out = work / f"floor-run{workers}"
             shutil.rmtree(out, ignore_errors=True)
-            report = run_corpus(bench_config(inputs, str(out), workers, STEPS))
+            report = run_corpus(bench_config(inputs, str(out), workers, steps, extra))
             name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
             best[name] = min(best.get(name, report["elapsed_s"]), report["elapsed_s"])
             print(f"round {round_ + 1}: {name}: {report['elapsed_s']:.1f} s", flush=True)
-    total = sum(best[stage] for stage in ("read", "hash", "lid", "arrow"))
+    stages = [s for s in ("read", "hash", "lid", "minhash", "perplexity", "arrow") if s in best]
+    total = sum(best[stage] for stage in stages)
     print(f"\nPython 10M-addition loop: {loop_seconds():.2f} s (the machine's speed per core)")
-    print("floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in ("read", "hash", "lid", "arrow"))
-          + f"; sum {total:.2f} s")
+    print(f"chain {steps}; floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages) + f"; sum {total:.2f} s")
     for workers in (1, 2):
         name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
         print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor")
-
 
 if __name__ == "__main__":
     main()

@@ -1,13 +1,21 @@
-"""Benchmark the corpus pipeline: Beam (1 and 2 workers) against a plain single-process loop.
+"""Benchmark the corpus pipeline: Beam (1 and 2 workers) against a plain single-process loop and
+against datatrove 0.10.1's same chain.
 
 Builds >= 50 MB (gzip) of CommonCrawl-format WET by repeating the bundled sample with varied
 text (every copy gets new record ids and URLs, and one word per paragraph swapped, so most
 paragraphs stay unique while boilerplate stays duplicated, as in a crawl), then runs
-read -> exact dedup -> language ID -> Arrow shards three ways and prints documents/s and the
-ratio to the single-process loop, which calls the same step functions with in-memory dedup
-(the floor Beam adds its overhead to). The three runs take turns ``--repeat`` times, every other
-round in reverse order, and the best time of each counts, as timeit does: on a shared machine a
-slow spell otherwise decides the ratio.
+read -> exact paragraph dedup -> language ID -> columnar files five ways and prints documents/s,
+documents/s per core and the ratios:
+  * the single-process loop (baseline): the same step functions with in-memory dedup (the floor
+    Beam adds its overhead to);
+  * ``pipeline run``, DirectRunner, 1 and 2 workers (Arrow shards);
+  * datatrove 0.10.1, ``LocalPipelineExecutor`` with 1 and 2 workers, a task per input file:
+    ``WarcReader`` -> ``SentenceDedupSignature``; ``SentenceFindDedups``; ``WarcReader`` ->
+    ``SentenceDedupFilter`` -> ``LanguageFilter`` -> ``ParquetWriter``, sentence dedup set to
+    whole lines (``split_sentences=False, n_sentences=1``: CCNet's paragraphs), no minimum words,
+    LID on the same ``lid.176`` model with the same threshold (its logs go to ``WORK/datatrove.log``).
+The runs take turns ``--repeat`` times, every other round in reverse order, and the best time of
+each counts, as timeit does: on a shared machine a slow spell otherwise decides the ratio.
 
     .venv/bin/python workflows/bench_pipeline.py [--target-mb 50] [--work out/bench] [--repeat 3]
 """
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import glob
 import io
 import os
@@ -39,6 +48,8 @@ from pipeline.run import run_corpus  # noqa: E402
 from pipeline.steps import dedup  # noqa: E402
 from pipeline.steps.base import Drop  # noqa: E402
 from pipeline.steps.lid import LanguageIdentifier  # noqa: E402
+
+STEPS = "[dedup, lid]"  # the chain every run does: read -> exact dedup -> LID -> columnar files
 
 
 def sample_records(sample: Path) -> list[tuple[str, str, bytes]]:
@@ -125,13 +136,13 @@ def deduplicated(inputs: list[str], cfg) -> Iterator[dict]:
             yield kept
 
 
-def bench_config(inputs: list[str], out: str, workers: int, steps: str):
-    """The sample profile on ``inputs`` with ``steps``, on the DirectRunner with ``workers`` processes;
-    no removed/ (it costs about 3 %, BENCHMARKS.md), shards of 64 MB."""
+def bench_config(inputs: list[str], out: str, workers: int, steps: str, extra: list[str] = ()):
+    """The sample profile on ``inputs`` with ``steps`` (and ``extra`` settings), on the DirectRunner
+    with ``workers`` processes; no removed/ (it costs about 3 %, BENCHMARKS.md), shards of 64 MB."""
     beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"
     return load_config(str(ROOT / "configs" / "corpus" / "sample.yaml"), {"input": inputs, "output": out},
                        ["progress=false", "write.shard_size_mb=64", f"steps={steps}", "write.removed=false",
-                        f"beam_options={beam}"])
+                        f"beam_options={beam}", *extra])
 
 
 def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
@@ -153,46 +164,107 @@ def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
     return written
 
 
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 (this process's and its children's) to ``path`` for a while."""
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def datatrove_chain(inputs: list[str], out: Path, workers: int, cfg) -> int:
+    """datatrove 0.10.1's read -> paragraph dedup -> LID -> Parquet over ``inputs`` (one folder), a task
+    per file on ``workers`` processes; returns the documents written."""
+    import pyarrow.parquet as pq
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup.sentence_dedup import (SentDedupConfig, SentenceDedupFilter,
+                                                         SentenceDedupSignature, SentenceFindDedups)
+    from datatrove.pipeline.filters import LanguageFilter
+    from datatrove.pipeline.readers import WarcReader
+    from datatrove.pipeline.writers import ParquetWriter
+    from datatrove.utils import _import_utils
+
+    folder = os.path.dirname(inputs[0])
+    if any(os.path.dirname(path) != folder for path in inputs):
+        raise ValueError("datatrove's reader takes one folder: every input must lie in it")
+    lines = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0)
+    # datatrove asks for the distribution fasttext-numpy2-wheel; ours, fasttext-numpy2, is the same
+    # `fasttext` module: count it as that. Its workers are forked, so they inherit this.
+    installed = _import_utils._is_distribution_available
+    _import_utils._is_distribution_available = lambda name: installed(
+        "fasttext-numpy2" if name == "fasttext-numpy2-wheel" else name)
+    lid = LanguageFilter(language_threshold=cfg.section("lid").threshold)
+    lid.model.MODEL_URL = LanguageIdentifier(cfg.section("lid")).model_path  # lid.176 from our wheel, no download
+
+    def run(name: str, tasks: int, *pipeline) -> None:
+        LocalPipelineExecutor(list(pipeline), tasks=tasks, workers=min(workers, tasks),
+                              logging_dir=str(out / "logs" / name), skip_completed=False, start_method="fork").run()
+
+    def reader() -> WarcReader:
+        return WarcReader(folder, glob_pattern="*.warc.wet.gz")
+
+    with stderr_to(out.parent / "datatrove.log"):
+        run("signatures", len(inputs), reader(), SentenceDedupSignature(str(out / "sigs"), config=lines))
+        run("duplicates", 1, SentenceFindDedups(str(out / "sigs"), str(out / "dups"), config=lines))
+        run("filter", len(inputs), reader(), SentenceDedupFilter(str(out / "dups"), config=lines), lid,
+            ParquetWriter(str(out / "parquet"), output_filename="${language}/${rank}.parquet"))
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in glob.glob(str(out / "parquet" / "*" / "*.parquet")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target-mb", type=float, default=50.0, help="size of the generated WET input (gzip MB)")
     parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of all three runs; the best time of each counts")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of all five runs; the best time of each counts")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
-    def config(out: str, workers: int):
-        return bench_config(inputs, out, workers, "[dedup, lid, perplexity]")
 
-    runs = {"single-process loop (baseline)": (1, None), "Beam DirectRunner, 1 worker": (1, 1),
-            "Beam DirectRunner, 2 workers": (2, 2)}
+    def config(out: str, workers: int):
+        return bench_config(inputs, out, workers, STEPS)
+
+    runs = {"single-process loop (baseline)": ("loop", 1), "Beam DirectRunner, 1 worker": ("beam", 1),
+            "Beam DirectRunner, 2 workers": ("beam", 2), "datatrove 0.10.1, 1 worker": ("datatrove", 1),
+            "datatrove 0.10.1, 2 workers": ("datatrove", 2)}
     best: dict[str, tuple[float, int, int]] = {}
     for round_ in range(args.repeat):  # interleaved, every other round in reverse (ABBA): a slow spell of
         # the machine, or a slowdown under sustained load, then hits every run alike
         order = list(runs.items()) if round_ % 2 == 0 else list(reversed(runs.items()))
-        for name, (cores, workers) in order:
-            out = work / ("loop" if workers is None else f"beam{workers}")
+        for name, (kind, workers) in order:
+            out = work / f"{kind}{workers}"
             shutil.rmtree(out, ignore_errors=True)
-            if workers is None:
-                start = time.perf_counter()
+            start = time.perf_counter()
+            if kind == "loop":
                 kept = single_process_loop(inputs, out, config(str(out), 1))
-                seconds = time.perf_counter() - start
+            elif kind == "datatrove":
+                kept = datatrove_chain(inputs, out, workers, config(str(out), 1))
             else:
-                report = run_corpus(config(str(out), workers))
-                seconds, kept = report["elapsed_s"], report["counters"]["write"]["documents"]
+                kept = run_corpus(config(str(out), workers))["counters"]["write"]["documents"]
+            seconds = time.perf_counter() - start
             print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
             if name not in best or seconds < best[name][0]:
-                best[name] = (seconds, cores, kept)
+                best[name] = (seconds, workers, kept)
     baseline = best["single-process loop (baseline)"][0]
     print(f"\n{n_docs} input documents, {sum(os.path.getsize(p) for p in inputs) / 2**20:.1f} MB gzip WET, "
-          f"{os.cpu_count()} cores; read -> exact dedup -> LID -> Arrow shards")
+          f"{os.cpu_count()} cores; read -> exact paragraph dedup -> LID -> Arrow (ours) / Parquet (datatrove)")
     print(f"{'run':36} {'seconds':>8} {'docs/s':>8} {'docs/s/core':>12} {'kept':>7} {'speed vs loop':>14}")
     for name, (seconds, cores, kept) in best.items():
         rate = n_docs / seconds
         print(f"{name:36} {seconds:8.1f} {rate:8.0f} {rate / cores:12.0f} {kept:7d} {baseline / seconds:13.2f}x")
+    for workers in (1, 2):
+        ours = best[f"Beam DirectRunner, {workers} worker{'s' if workers > 1 else ''}"][0]
+        theirs = best[f"datatrove 0.10.1, {workers} worker{'s' if workers > 1 else ''}"][0]
+        print(f"per core, {workers} worker{'s' if workers > 1 else ''}: this project {theirs / ours:.2f}x datatrove")
 
 
 if __name__ == "__main__":

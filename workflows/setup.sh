@@ -17,7 +17,8 @@ DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev lib
       libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
 FLINK_VERSION=1.19.3  # the cluster; Beam's Flink 1.19 job server (java/flink-job-server) talks to it
 SPARK_VERSION=3.5.7   # the cluster and the Spark job server's client (java/pom.xml's spark.version)
-TEST_DEBS=(openssh-server pdsh chromium)  # for tests: sshd + pdsh (multi-node launch), headless Chromium (reports)
+TEST_DEBS=(openssh-server pdsh chromium libmagic1)  # for tests: sshd + pdsh (multi-node launch), headless
+# Chromium (reports); libmagic for datatrove's WarcReader in bench_pipeline.py
 
 say() { echo "[setup] $*"; }
 
