@@ -1,6 +1,7 @@
 """A capacity plan for one CommonCrawl snapshot, from the measured scaling benchmark.
 
-Reads the numbers workflows/bench_scaling.py wrote (``docs/bench_scaling.json``): the full
+Reads the numbers workflows/bench_scaling.py wrote (``docs/bench_scaling.json``; several files may
+be given, each runner is then taken from the file where it ran on the largest input): the full
 chain's throughput per core in MB of gzip WET, the peak RSS of a worker process, the output and
 dedup-shuffle volume per MB of input, all at the largest input measured. Scales them to a
 snapshot whose WET size and page count are inputs (default: CC-MAIN-2019-09, the snapshot CCNet's
@@ -10,7 +11,7 @@ hours on Dataflow and on a Dask cluster: CPU-hours, worker count, memory per wor
 volume, output size and cost at the prices given (the defaults are examples to replace with your
 provider's price list, not facts).
 
-    .venv/bin/python workflows/capacity.py [--results docs/bench_scaling.json] [--hours 24] [--out docs/capacity.md]
+    .venv/bin/python workflows/capacity.py [--results docs/bench_scaling.json ...] [--hours 24] [--out docs/capacity.md]
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def dask_shuffle(results: dict, wet_bytes: float, args: argparse.Namespace) -> l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=str(ROOT / "docs" / "bench_scaling.json"))
+    parser.add_argument("--results", nargs="+", default=[str(ROOT / "docs" / "bench_scaling.json")],
+                        help="bench_scaling.py's results; per runner, the file with its largest input counts")
     parser.add_argument("--wet-tib", type=float, default=7.62, help="gzip WET size of the snapshot (TiB)")
     parser.add_argument("--pages", type=float, default=2.9e9, help="pages (WET records) in the snapshot")
     parser.add_argument("--snapshot", default="CC-MAIN-2019-09")
@@ -95,27 +97,34 @@ def main() -> None:
     for flag in ("wet_tib", "pages", "hours", "vcpus", "headroom"):
         if getattr(args, flag) <= 0:
             parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    try:
-        results = json.loads(Path(args.results).read_text())
-        runs = results["runs"]
-        if not runs or any(not rows for rows in runs.values()):
-            raise KeyError("runs")
-    except FileNotFoundError:
-        parser.error(f"--results {args.results}: no such file (workflows/bench_scaling.py writes it)")
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        parser.error(f"--results {args.results}: not bench_scaling.py's results ({type(exc).__name__}: {exc})")
+    by_runner: dict[str, dict] = {}  # runner -> the results file where it ran on the largest input
+    for path in args.results:
+        try:
+            results = json.loads(Path(path).read_text())
+            runs = results["runs"]
+            if not runs or any(not rows for rows in runs.values()):
+                raise KeyError("runs")
+        except FileNotFoundError:
+            parser.error(f"--results {path}: no such file (workflows/bench_scaling.py writes it)")
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+            parser.error(f"--results {path}: not bench_scaling.py's results ({type(exc).__name__}: {exc})")
+        for runner, rows in runs.items():
+            if runner not in by_runner or rows[-1]["input_mb"] > by_runner[runner]["runs"][runner][-1]["input_mb"]:
+                by_runner[runner] = results
+    first = next(iter(by_runner.values()))
     wet = args.wet_tib * TIB
     lines = [f"# Capacity plan: {args.snapshot} ({args.wet_tib} TiB gzip WET, {args.pages:.3g} pages) in {args.hours:g} h",
              "",
-             f"Measured by workflows/bench_scaling.py on {results['cores']} worker processes ({results['machine']}); "
-             f"rates from the largest input ({results['runs'][next(iter(results['runs']))][-1]['input_mb']} MB). "
-             f"Prices are inputs (examples), not facts.", ""]
+             f"Measured by workflows/bench_scaling.py on {first['cores']} worker processes ({first['machine']}); "
+             "rates from each runner's largest input ("
+             + ", ".join(f"{runner}: {results['runs'][runner][-1]['input_mb']} MB" for runner, results in by_runner.items())
+             + "). Prices are inputs (examples), not facts.", ""]
     lines += ["| engine (measured runner) | MB/s per core | CPU-hours | cores | workers x vCPUs | memory per worker | "
               "dedup shuffle | output | cost |", "|---|---|---|---|---|---|---|---|---|"]
     for engine, runner in (("Dataflow", "DirectRunner 2 workers"), ("Dask cluster", "DaskRunner 2 workers")):
-        if runner not in results["runs"]:
+        if runner not in by_runner:
             continue
-        m = measured(results, runner)
+        m = measured(by_runner[runner], runner)
         p = plan(m, wet, args.pages, args.hours, args.vcpus, args.headroom)
         mem_gb = p["memory_per_worker_gb"]
         if engine == "Dataflow":
@@ -134,7 +143,8 @@ def main() -> None:
               "at its measured peak RSS times the headroom. The dedup shuffle is the paragraph-hash occurrences "
               "(16 bytes each); the near-dup stage shuffles LSH band keys in addition, about bands x 48 bytes per "
               "document. Dataflow adds its own per-job overhead; a Dask cluster adds a scheduler machine."]
-    lines += dask_shuffle(results, wet, args)
+    if "DaskRunner 2 workers" in by_runner:
+        lines += dask_shuffle(by_runner["DaskRunner 2 workers"], wet, args)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
