@@ -73,10 +73,12 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
     lid = LanguageIdentifier(cfg.section("lid"))
     model = lid.model
     start = time.perf_counter()
-    labels, _ = model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
+    labels, scores = model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
     seconds["lid"] = time.perf_counter() - start
 
-    kept = [{**doc, "lang": label[0][9:]} for doc, label in zip(docs, labels)]
+    bar = cfg.section("lid")  # untimed: the documents LID keeps
+    kept = [{**doc, "lang": lang} for doc, label, score in zip(docs, labels, scores)
+            if score[0] >= bar.thresholds.get(lang := label[0][9:], bar.threshold)]
     if "near_dedup" in cfg.steps:
         near = cfg.section("near_dedup")
         by_kind: dict[str, list[str]] = {}

@@ -73,8 +73,29 @@ def dask_shuffle(results: dict, wet_bytes: float, args: argparse.Namespace) -> l
             f"({s['reads'] / max(1, s['shuffles']):,.0f} reads per GroupByKey). At the snapshot's size: "
             f"{wet_bytes * s['mb'] / row['input_mb'] / TIB:.2f} TiB of disk at the peak (the end of the run), and "
             f"{partitions:,} partitions (4 per core of {cores:,}), so at most {partitions ** 2:,} reads and "
-            f"{partitions:,} files per GroupByKey, whatever the number of WET files (1,000 WET files gave the "
-            f"same figures as 8 at 2 workers: BENCHMARKS.md)."]
+            f"{partitions:,} files per GroupByKey, whatever the number of WET files (1,000 and 90,000 WET files "
+            f"gave the same tasks as 8 at 2 workers: BENCHMARKS.md)."] + partition_memory(rows, wet_bytes, partitions)
+
+
+def partition_memory(rows: list[dict], wet_bytes: float, partitions: int) -> list[str]:
+    """What the measured growth of a worker's peak memory with the input per partition says for the
+    snapshot: a stage reads its partition's piece of a shuffle, and a GroupByKey groups it, in memory."""
+    first, last = rows[0], rows[-1]
+    per_part = [r["input_mb"] / r["shuffle"]["partitions"] for r in (first, last)]
+    rss = [max(r["worker_rss_mb"]) for r in (first, last)]
+    if len(rows) < 2 or per_part[1] <= per_part[0]:
+        return []
+    snapshot = wet_bytes / MB / partitions
+    slope = (rss[1] - rss[0]) / (per_part[1] - per_part[0])
+    return ["", f"Memory per partition: a stage reads its partition's piece of a shuffle, and a GroupByKey groups it, "
+            f"in memory, so a worker's peak grows with the WET per partition: {rss[0]:,.0f} MB at {per_part[0]:,.1f} MB "
+            f"per partition, {rss[1]:,.0f} MB at {per_part[1]:,.1f} MB (about {slope:.1f} MB of memory per MB of WET "
+            f"per partition). The memory per worker above is the peak at {per_part[1]:,.1f} MB; at the snapshot's "
+            f"size each of {partitions:,} partitions holds {snapshot:,.0f} MB, {snapshot / per_part[1]:,.0f}x that, "
+            f"about {rss[0] + slope * (snapshot - per_part[0]):,.0f} MB by the same slope. Keeping to the measured "
+            f"peak needs {math.ceil(wet_bytes / MB / per_part[1]):,} partitions (`--dask_npartitions`), whose "
+            f"GroupByKeys would read up to their square in pieces: a snapshot on the DaskRunner needs a reader that "
+            f"streams its pieces (not built; Dataflow's and Flink's shuffles do)."]
 
 
 def main() -> None:
