@@ -121,6 +121,7 @@ def main() -> None:
         ensure_models(work / "lm")
         steps, extra = "[dedup, lid, near_dedup, perplexity]", [f"perplexity.models={work / 'lm'}"]
     best: dict[str, float] = {}
+    loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     for round_ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             for stage, seconds in floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra)).items():
@@ -134,7 +135,7 @@ def main() -> None:
             print(f"round {round_ + 1}: {name}: {report['elapsed_s']:.1f} s", flush=True)
     stages = [s for s in ("read", "hash", "lid", "minhash", "perplexity", "arrow") if s in best]
     total = sum(best[stage] for stage in stages)
-    print(f"\nPython 10M-addition loop: {loop_seconds():.2f} s (the machine's speed per core)")
+    print(f"\nPython 10M-addition loop: {loop_before:.2f} s before, {loop_seconds():.2f} s after (the machine's speed per core)")
     print(f"chain {steps}; floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages) + f"; sum {total:.2f} s")
     for workers in (1, 2):
         name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
