@@ -83,7 +83,7 @@ def partition_memory(rows: list[dict], wet_bytes: float, partitions: int) -> lis
     first, last = rows[0], rows[-1]
     per_part = [r["input_mb"] / r["shuffle"]["partitions"] for r in (first, last)]
     rss = [max(r["worker_rss_mb"]) for r in (first, last)]
-    if len(rows) < 2 or per_part[1] <= per_part[0]:
+    if per_part[1] <= per_part[0]:  # one size measured, or no more WET per partition
         return []
     snapshot = wet_bytes / MB / partitions
     slope = (rss[1] - rss[0]) / (per_part[1] - per_part[0])
