@@ -20,7 +20,7 @@ from pipeline.steps import minhash as nd
 from pipeline.util.errors import UserError
 from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
-from pipeline.transforms.near_dedup import ConnectedComponents, NearDedupTransform
+from pipeline.transforms.near_dedup import BandKeys, CandidateEdges, ConnectedComponents, NearDedupTransform
 from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
@@ -291,6 +291,41 @@ def test_lsh_buckets_and_verified_edges(originals):
     assert nd.bucket_edges(members, None) == [("a", "b"), ("a", "c")]
     assert nd.bucket_edges(members, cfg.min_matches()) == [("a", "b")]  # c is unlike a and b
     assert nd.bucket_edges(members[:1], None) == []
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify):
+    """BandKeys' rows per (scope, partition), in any batching and partition count, give CandidateEdges
+    the buckets and edges that grouping one element per (scope, band, band hash) gives."""
+    rng = random.Random(5)
+    docs = [dict(d, lang=d.get("lang") or "xx") for d in originals[:60]]
+    docs += [dict(d, id=d["id"] + f"-v{i}", text=variant(d, "edit_0.01", rng)) for i, d in enumerate(docs[:30])]
+    docs += [dict(docs[0], id="same-text"), dict(docs[1], id="empty", text="")]
+    cfg = NearDupConfig(verify=verify, scope="language")
+    bands, rows = cfg.band_rows()
+    expected: dict[tuple, list] = {}
+    for doc in docs:
+        sig = nd.signatures([doc["text"]], cfg, kind_of(doc))
+        if nd.is_empty(sig)[0]:
+            continue
+        for band, key in enumerate(nd.band_keys(sig, bands, rows)[0]):
+            expected.setdefault((doc["lang"], band, key), []).append((doc["id"], sig[0].tobytes() if verify else b""))
+    min_matches = cfg.min_matches() if verify else None
+    want = sorted(edge for members in expected.values() if len(members) > 1
+                  for edge in nd.bucket_edges(members, min_matches))
+    assert len(want) > 30
+    for partitions, batch in ((1, 100), (3, 7), (8, 33)):
+        keys, grouped = BandKeys(cfg, partitions), {}
+        for start in range(0, len(docs), batch):
+            for key, value in keys.process(docs[start:start + batch]):
+                grouped.setdefault(key, []).append(value)
+        assert {part for _, part in grouped} <= set(range(partitions))
+        edges = CandidateEdges(min_matches)
+        got = sorted(edge for item in grouped.items() for edge in edges.process(item))
+        assert got == want
+        counts = dict(edges._pending)
+        assert counts[("near_dedup", "candidate_buckets")] == sum(len(m) > 1 for m in expected.values())
+        assert dict(keys._pending)[("near_dedup", "no_shingles")] == 1
 
 
 # --------------------------------------------------------------------------- quality (Beam)

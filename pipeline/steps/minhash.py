@@ -19,7 +19,10 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    string, one Python call per shingle): ~10x faster per document, estimates alike.
    :func:`signatures` is the interface another backend would implement.
 3. **LSH.** The signature is cut into ``bands`` x ``rows``; ``(scope, band, hash of the band)``
-   is a Beam key. Documents sharing a bucket are candidates. With ``verify`` (default), a
+   is a bucket. Documents sharing a bucket are candidates. The shuffle does not carry one element
+   per document and band: a batch of documents sends one element per ``(scope, partition)`` (the
+   band hash modulo ``partitions``) with the rows of its band hashes there, and each partition
+   finds its shared buckets with one sort (:func:`shared_buckets`). With ``verify`` (default), a
    member is linked to the smallest member whose estimated Jaccard (matching signature positions
    / ``num_perm``) reaches ``threshold``, which removes LSH false positives; without it every
    member is linked to the bucket's smallest id (a star, as datatrove does). Edges per bucket
@@ -256,6 +259,23 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
             h = (h ^ col) * _U64(0x100000001B3)
         keys[:, band] = fmix64(h).view(np.int64)
     return keys
+
+
+def band_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """The shuffle partition of each band hash of :func:`band_keys` (same shape)."""
+    return (keys.view(_U64) % _U64(partitions)).astype(np.int64)
+
+
+def shared_buckets(bands: np.ndarray, keys: np.ndarray) -> list[np.ndarray]:
+    """The rows of every bucket (equal ``bands[i], keys[i]``) that two or more rows share: one index
+    array per bucket, in (band, key) order."""
+    order = np.lexsort((keys, bands))
+    band, key = bands[order], keys[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, len(order)))
+    return [order[start:start + size] for start, size in zip(starts[sizes > 1], sizes[sizes > 1])]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

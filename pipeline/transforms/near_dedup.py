@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Sequence
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..steps.base import Document
-from ..steps.minhash import (_fold_table, band_keys, bucket_edges, is_empty, large_star, resolve, shingle_kind,
-                             signatures, small_star)
+from ..steps.minhash import (_fold_table, band_keys, band_partitions, bucket_edges, is_empty, large_star, resolve,
+                             shared_buckets, shingle_kind, signatures, small_star)
 from ..steps.minhash_datatrove import (DEFAULT_LANG, band_keys as datatrove_band_keys, run_pairs, shingles, signature,
                                       union_find)
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
@@ -118,53 +119,96 @@ class ConnectedComponents(beam.PTransform):
         )
 
 
-class BandKeys(CountingDoFn):
-    """A batch of documents -> ``((scope, band, band hash), (id, signature bytes))`` per band."""
+BandRows = tuple[list[str], bytes, bytes, bytes, bytes]
+"""A batch's band hashes in one partition of a scope: the documents' ids and signatures (uint32 x
+num_perm each; empty without ``verify``), then per row the document (int32, into those), the band
+(uint16) and the band hash (int64)."""
 
-    def __init__(self, cfg: NearDupConfig) -> None:
+
+def band_partition_count(n_files: int) -> int:
+    """Band-hash partitions per scope, one shuffle key each: min(4096, max(8, input files)), as the
+    ``dedup`` step's (a key holds about 1/partitions of its scope's band hashes)."""
+    return min(4096, max(8, n_files))
+
+
+class BandKeys(CountingDoFn):
+    """A batch of documents -> ``((scope, partition), BandRows)`` per partition its band hashes fall in."""
+
+    def __init__(self, cfg: NearDupConfig, partitions: int) -> None:
         super().__init__(NearDedup.name)
-        self.cfg = cfg
+        self.cfg, self.partitions = cfg, partitions
         self.bands, self.rows = cfg.band_rows()
 
     def setup(self) -> None:
         _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
 
-    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int, int], tuple[str, bytes]]]:
+    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int], BandRows]]:
         cfg = self.cfg
-        groups: dict[str, list[int]] = {}
+        kinds: dict[str, list[int]] = {}
         for i, doc in enumerate(batch):
-            groups.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
-        for kind, index in sorted(groups.items()):
-            sigs = signatures([batch[i]["text"] for i in index], cfg, kind)
-            keys = band_keys(sigs, self.bands, self.rows).tolist()
-            empty = is_empty(sigs)
-            for row, i in enumerate(index):
-                if empty[row]:
-                    self.count("no_shingles")
-                    continue
-                doc = batch[i]
-                scope = (doc.get("lang") or "") if cfg.scope == "language" else ""
-                value = (doc["id"], sigs[row].tobytes() if cfg.verify else b"")  # unverified: ids suffice
-                for band, key in enumerate(keys[row]):
-                    yield (scope, band, key), value
+            kinds.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
+        sigs = np.empty((len(batch), cfg.num_perm), np.uint32)
+        for kind, index in kinds.items():
+            sigs[index] = signatures([batch[i]["text"] for i in index], cfg, kind)
+        keys = band_keys(sigs, self.bands, self.rows)
+        parts = band_partitions(keys, self.partitions)
+        empty = is_empty(sigs)
+        if empty.any():
+            self.count("no_shingles", int(empty.sum()))
+        scopes: dict[str, list[int]] = {}
+        for i, doc in enumerate(batch):
+            if not empty[i]:
+                scopes.setdefault((doc.get("lang") or "") if cfg.scope == "language" else "", []).append(i)
+        width = cfg.num_perm if cfg.verify else 0  # unverified: ids suffice
+        for scope, members in sorted(scopes.items()):
+            index = np.array(members)
+            scoped = parts[index]
+            for part in np.unique(scoped):
+                doc_at, band_at = np.nonzero(scoped == part)
+                used, local = np.unique(doc_at, return_inverse=True)
+                docs = index[used]
+                yield (scope, int(part)), ([batch[i]["id"] for i in docs], sigs[docs, :width].tobytes(),
+                                           local.astype(np.int32).tobytes(), band_at.astype(np.uint16).tobytes(),
+                                           keys[index[doc_at], band_at].tobytes())
         self.count("signatures", len(batch))
 
 
 class CandidateEdges(CountingDoFn):
-    """An LSH bucket -> its edges (:func:`bucket_edges`)."""
+    """A partition's :data:`BandRows` -> the edges of each bucket two or more rows share
+    (:func:`bucket_edges`). The rows' bands and hashes are read first; ids and signatures only
+    for the rows of shared buckets, in a second pass over the partition."""
 
     def __init__(self, min_matches: int | None) -> None:
         super().__init__(NearDedup.name)
         self.min_matches = min_matches
 
-    def process(self, item: tuple[Any, Iterable[tuple[str, bytes]]]) -> Iterator[tuple[str, str]]:
-        members = list(item[1])
-        if len(members) < 2:
+    def process(self, item: tuple[tuple[str, int], Iterable[BandRows]]) -> Iterator[tuple[str, str]]:
+        _, parts = item
+        bands, keys, sizes = [], [], []
+        for _ids, _sigs, _docs, band, key in parts:
+            bands.append(np.frombuffer(band, np.uint16))
+            keys.append(np.frombuffer(key, np.int64))
+            sizes.append(len(keys[-1]))
+        buckets = shared_buckets(np.concatenate(bands), np.concatenate(keys)) if keys else []
+        if not buckets:
             return
-        edges = bucket_edges(members, self.min_matches)
-        self.count("candidate_buckets")
-        self.count("edges", len(edges))
-        yield from edges
+        starts = np.cumsum([0, *sizes[:-1]])
+        wanted = np.unique(np.concatenate(buckets))
+        element = np.searchsorted(starts, wanted, side="right") - 1
+        members: dict[int, tuple[str, bytes]] = {}
+        for e, (ids, sigs, docs, _band, _key) in enumerate(parts):
+            rows = wanted[element == e]
+            if not len(rows):
+                continue
+            at = np.frombuffer(docs, np.int32)[rows - starts[e]]
+            width = len(sigs) // len(ids)
+            for row, doc in zip(rows.tolist(), at.tolist()):
+                members[row] = ids[doc], sigs[doc * width:(doc + 1) * width]
+        for bucket in buckets:
+            edges = bucket_edges([members[row] for row in bucket.tolist()], self.min_matches)
+            self.count("candidate_buckets")
+            self.count("edges", len(edges))
+            yield from edges
 
 
 class DatatroveBandKeys(CountingDoFn):
@@ -258,6 +302,7 @@ class NearDedupTransform(beam.PTransform):
         super().__init__()
         step.cfg.validate()
         self.cfg, self.write_removed = step.cfg, step.run.write_removed
+        self.partitions = band_partition_count(step.run.n_files)
 
     def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg = self.cfg
@@ -274,8 +319,8 @@ class NearDedupTransform(beam.PTransform):
             edges = (
                 docs
                 | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
-                | "BandKeys" >> Counted(BandKeys(cfg))
-                | "GroupByBucket" >> beam.GroupByKey()
+                | "BandKeys" >> Counted(BandKeys(cfg, self.partitions))
+                | "GroupByPartition" >> beam.GroupByKey()
                 | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
             )
             clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
