@@ -136,13 +136,21 @@ def deduplicated(inputs: list[str], cfg) -> Iterator[dict]:
             yield kept
 
 
-def bench_config(inputs: list[str], out: str, workers: int, steps: str, extra: list[str] = ()):
-    """The sample profile on ``inputs`` with ``steps`` (and ``extra`` settings), on the DirectRunner
-    with ``workers`` processes; no removed/ (it costs about 3 %, BENCHMARKS.md), shards of 64 MB."""
+SAMPLE_CONFIG = ROOT / "configs" / "corpus" / "sample.yaml"
+
+
+def bench_sets(workers: int, steps: str, extra: list[str] = ()) -> list[str]:
+    """The ``--set`` overrides of the sample profile every benchmark run uses: ``steps`` (and
+    ``extra`` settings), on the DirectRunner with ``workers`` processes; no removed/ (it costs about
+    3 %, BENCHMARKS.md), shards of 64 MB."""
     beam = "[]" if workers == 1 else f"[--direct_num_workers={workers}, --direct_running_mode=multi_processing]"
-    return load_config(str(ROOT / "configs" / "corpus" / "sample.yaml"), {"input": inputs, "output": out},
-                       ["progress=false", "write.shard_size_mb=64", f"steps={steps}", "write.removed=false",
-                        f"beam_options={beam}", *extra])
+    return ["progress=false", "write.shard_size_mb=64", f"steps={steps}", "write.removed=false",
+            f"beam_options={beam}", *extra]
+
+
+def bench_config(inputs: list[str], out: str, workers: int, steps: str, extra: list[str] = ()):
+    """The config of :func:`bench_sets` on ``inputs``, written to ``out``."""
+    return load_config(str(SAMPLE_CONFIG), {"input": inputs, "output": out}, bench_sets(workers, steps, extra))
 
 
 def single_process_loop(inputs: list[str], out: Path, cfg) -> int:
