@@ -9,7 +9,10 @@ the chain is the same: read -> exact dedup -> language ID -> Arrow shards. The r
 ``--repeat`` times, every other round in reverse order, and the best time of each counts. Printed:
 seconds, documents/s, documents/s per core, the ratio to the named baseline (DirectRunner, 1
 worker) and, per engine, the speed-up of 2 workers over 1. Every run's shards and stats are
-checked to be byte-identical to the baseline's.
+checked to be byte-identical to the baseline's. For the best run of each, the CPU seconds its
+processes used (every process on the machine, sampled every 0.5 s at about 2 % of one core):
+Java (the Flink/Spark cluster and Beam's job server) against Python (this driver and the SDK
+workers), and the share of the machine's cores that were busy: where a 2-core machine's time went.
 
     .venv/bin/python workflows/bench_engines.py [--target-mb 50] [--work out/bench] [--repeat 3]
 """
@@ -22,8 +25,11 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,6 +77,53 @@ class Clusters(contextlib.ExitStack):
         return clusters.flags(engine, cluster, pool, workers)
 
 
+class CpuUse(threading.Thread):
+    """CPU seconds by kind of process (``java``, ``python``, ``other``) while it runs, and the busy
+    share of all cores. A process is sampled every ``interval`` s: one that ends between two
+    samples loses at most that much of its CPU time."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.done = interval, threading.Event()
+        self.start_cpu: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.machine = psutil.cpu_times()
+
+    def sample(self) -> dict[int, tuple[str, float]]:
+        seen = {}
+        for proc in psutil.process_iter(["name", "cpu_times"]):
+            times, name = proc.info["cpu_times"], proc.info["name"] or ""
+            if times is not None:
+                kind = "java" if name == "java" else "python" if name.startswith("python") else "other"
+                seen[proc.pid] = kind, times.user + times.system
+        return seen
+
+    def __enter__(self) -> "CpuUse":
+        self.start_cpu = {pid: cpu for pid, (_, cpu) in self.sample().items()}
+        self.machine = psutil.cpu_times()
+        self.start()
+        return self
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            self.last.update(self.sample())
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.join()
+        self.last.update(self.sample())
+        now = psutil.cpu_times()
+        busy = [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in (self.machine, now)]
+        self.busy_share = (busy[1] - busy[0]) / ((sum(now) - sum(self.machine)) or 1)
+        self.by_kind: dict[str, float] = {}
+        for pid, (kind, cpu) in self.last.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + cpu - self.start_cpu.get(pid, 0.0)
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{kind} {self.by_kind.get(kind, 0.0):.0f}" for kind in ("python", "java", "other"))
+        return f"CPU s: {kinds}; cores busy {self.busy_share:.0%}"
+
+
 def digest(out: Path) -> str:
     """One sha1 over every file the run wrote but run.json."""
     h = hashlib.sha1()
@@ -101,6 +154,7 @@ def main() -> None:
     sets = ["progress=false", "write.shard_size_mb=64", "steps=[dedup, lid, perplexity]", "write.removed=false", "beam_options=[]"]
 
     best: dict[str, float] = {}
+    use: dict[str, str] = {}  # CPU use of the best run
     digests: dict[str, str] = {}
     with Clusters(Path(tempfile.mkdtemp(prefix="clusters-", dir=work))) as started:
         for round_ in range(args.repeat):  # interleaved, every other round in reverse (ABBA)
@@ -110,10 +164,12 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 cfg = load_config("configs/corpus/sample.yaml", {"input": inputs, "output": str(out), "runner": engine}, sets)
                 cfg.beam_options = flags(started) if callable(flags) else flags
-                seconds = run_corpus(cfg)["elapsed_s"]
+                with CpuUse() as cpu:
+                    seconds = run_corpus(cfg)["elapsed_s"]
                 digests[name] = digest(out)
-                print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
-                best[name] = min(seconds, best.get(name, seconds))
+                print(f"round {round_ + 1}: {name}: {seconds:.1f} s ({cpu.describe()})", flush=True)
+                if seconds < best.get(name, float("inf")):
+                    best[name], use[name] = seconds, cpu.describe()
     baseline = best[BASELINE]
     print(f"\n{n_docs} input documents, {sum(os.path.getsize(p) for p in inputs) / 2**20:.1f} MB gzip WET, "
           f"{os.cpu_count()} cores; read -> exact dedup -> LID -> Arrow shards; best of {args.repeat}")
@@ -123,7 +179,8 @@ def main() -> None:
         rate = n_docs / best[name]
         one = next((best[n] for n in names if RUNS[n][0] == engine and RUNS[n][1] == 1), None)
         speedup = f"{one / best[name]:13.2f}x" if workers == 2 and one else ""
-        print(f"{name:48} {best[name]:8.1f} {rate:8.0f} {rate / workers:12.0f} {baseline / best[name]:11.2f}x {speedup:>14}")
+        print(f"{name:48} {best[name]:8.1f} {rate:8.0f} {rate / workers:12.0f} {baseline / best[name]:11.2f}x {speedup:>14}"
+              f"   {use[name]}")
     same = all(d == digests[BASELINE] for d in digests.values())
     print(f"outputs byte-identical to the baseline's: {'yes' if same else 'NO: ' + str(digests)}")
 

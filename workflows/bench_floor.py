@@ -8,7 +8,8 @@ Floor stages, each timed on its own over every document:
     equal to CCNet's) of every line of every document;
   * LID: fastText ``predict`` (one batched call) on exactly the text our LID sees (after dedup,
     newlines replaced as ``lid.newlines`` says);
-  * Arrow: the kept rows as one Arrow table, written as one IPC file.
+  * Arrow: the kept rows as one Arrow table, written as one IPC file, zstd-compressed as the
+    corpus shards are (unsorted: the shards' sort for byte-identical output is left out).
 With ``--full`` the chain is the whole one (``+ near_dedup, perplexity``; SentencePiece + KenLM
 models per sample language trained once by ``bench_perplexity.ensure_models``) and two stages join
 the floor:
@@ -105,7 +106,8 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
         seconds["perplexity"] = time.perf_counter() - start
     start = time.perf_counter()
     table = shards.docs_to_table(kept)
-    with pa.OSFile(str(work / "floor.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.OSFile(str(work / "floor.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     seconds["arrow"] = time.perf_counter() - start
     return seconds

@@ -162,8 +162,10 @@ def main() -> None:
               "by the measured documents per core-second instead (our benchmark documents are shorter than an average "
               "CommonCrawl page, so the byte rate is the better guide). Memory per worker is one process per vCPU "
               "at its measured peak RSS times the headroom. The dedup shuffle is the paragraph-hash occurrences "
-              "(16 bytes each); the near-dup stage shuffles LSH band keys in addition, about bands x 48 bytes per "
-              "document. Dataflow adds its own per-job overhead; a Dask cluster adds a scheduler machine."]
+              "(16 bytes each); the near-dup stage shuffles LSH band hashes in addition: per document 14 bytes a band, "
+              "plus its id and signature (num_perm x 4 bytes) once for each band-hash partition its bands fall in "
+              "(at most bands: about 3.3 KB a document at 128 permutations, 9 bands and 8 partitions, about "
+              "5.2 KB at 4,096 partitions). Dataflow adds its own per-job overhead; a Dask cluster adds a scheduler machine."]
     if "DaskRunner 2 workers" in by_runner:
         lines += dask_shuffle(by_runner["DaskRunner 2 workers"], wet, args)
     text = "\n".join(lines) + "\n"
