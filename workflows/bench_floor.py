@@ -120,7 +120,7 @@ def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str, extra: 
                *(f"--input={path}" for path in inputs), *(f"--set={s}" for s in bench_sets(workers, steps, extra))]
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:  # its stderr is Beam's warnings otherwise
-        sys.exit(f"pipeline run failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+        sys.exit(f"pipeline run failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     with open(out / "run.json") as f:
         return json.load(f)["elapsed_s"]
 

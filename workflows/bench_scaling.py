@@ -113,7 +113,7 @@ def build_scaled(folder: Path, scale: int, base_mb: float) -> list[str]:
 def dedup_partitions(files: list[str]) -> tuple[int, int]:
     """Bytes of the biggest hash partition the dedup stage groups (as the pipeline partitions), and
     of all of them together (what its GroupByKey shuffles)."""
-    partitions = min(4096, max(8, len(files)))
+    partitions = dedup.auto_partitions(len(files))
     sizes = np.zeros(partitions, dtype=np.int64)
     for path in files:
         docs = (r for r in read_file(path, ReadConfig()) if isinstance(r, dict))

@@ -32,6 +32,12 @@ from .normalize import paragraph_hashes
 POLICIES = ("drop_all", "keep_first")
 
 
+def auto_partitions(n_files: int) -> int:
+    """Shuffle partitions of a stage that groups by hash (exact dedup's paragraphs, near-dup's band
+    hashes) when none are configured: min(4096, max(8, input files))."""
+    return min(4096, max(8, n_files))
+
+
 @dataclasses.dataclass
 class DedupConfig:
     policy: str = "drop_all"

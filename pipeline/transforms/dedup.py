@@ -98,7 +98,7 @@ class ReadAndDedup(beam.PTransform):
         cfg, n_files = self.dedup_cfg, self.run.n_files
         if cfg is not None:
             policy = cfg.policy
-            partitions = cfg.partitions or min(4096, max(8, n_files))
+            partitions = cfg.partitions or dedup.auto_partitions(n_files)
             duplicates = (
                 files
                 | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, cfg.group_files))

@@ -12,6 +12,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..steps.base import Document
+from ..steps.dedup import auto_partitions
 from ..steps.minhash import (_fold_table, band_keys, band_partitions, bucket_edges, is_empty, large_star, resolve,
                              shared_buckets, shingle_kind, signatures, small_star)
 from ..steps.minhash_datatrove import (DEFAULT_LANG, band_keys as datatrove_band_keys, run_pairs, shingles, signature,
@@ -123,12 +124,6 @@ BandRows = tuple[list[str], bytes, bytes, bytes, bytes]
 """A batch's band hashes in one partition of a scope: the documents' ids and signatures (uint32 x
 num_perm each; empty without ``verify``), then per row the document (int32, into those), the band
 (uint16) and the band hash (int64)."""
-
-
-def band_partition_count(n_files: int) -> int:
-    """Band-hash partitions per scope, one shuffle key each: min(4096, max(8, input files)), as the
-    ``dedup`` step's (a key holds about 1/partitions of its scope's band hashes)."""
-    return min(4096, max(8, n_files))
 
 
 class BandKeys(CountingDoFn):
@@ -302,7 +297,7 @@ class NearDedupTransform(beam.PTransform):
         super().__init__()
         step.cfg.validate()
         self.cfg, self.write_removed = step.cfg, step.run.write_removed
-        self.partitions = band_partition_count(step.run.n_files)
+        self.partitions = auto_partitions(step.run.n_files)  # as exact dedup's: a key ~ 1/partitions of a scope
 
     def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg = self.cfg
