@@ -19,7 +19,7 @@ from .output import fs, layout, stores
 from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .report.corpus_report import build as build_report
-from .runners import ledger
+from .runners import forkserver, ledger
 from .runners.options import DASK_NAMES, check_engine, cloud_error, make_runner, pipeline_options
 from .steps.base import Step
 from .util import faults
@@ -160,6 +160,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     files = fs.match_inputs(cfg.input)
     check_engine(options)
     steps = build_steps(cfg, len(files))
+    forkserver.install(options, [module for step in steps for module in step.worker_modules])  # imports meanwhile
     prepare_steps(steps, options)
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing

@@ -4,6 +4,7 @@ report's funnel and ``removed/<step>/``. Profiles that name steps wrongly are on
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -137,3 +138,5 @@ def test_every_built_in_step_declares_the_contract():
     for name, cls in steps.items():
         assert cls.name == name and cls.counters and cls.Config() is not None
         assert (cls.transform is None) == (cls.__call__ is not Step.__call__), name  # global steps run as a composite
+        for module in cls.worker_modules:  # the fork server skips a module it cannot import, silently
+            assert importlib.util.find_spec(module) is not None, f"{name}: worker module {module!r} is not installed"

@@ -177,10 +177,11 @@ class WorkerMemoryOptions(PipelineOptions):
                                  "Default: glibc's adaptive threshold")
 
 
-def install(options: PipelineOptions) -> None:
+def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     """Put the overrides in place (idempotent); every FnApiRunner of this process uses them. With
     ``--worker_mmap_threshold_mb``, the worker processes started from now on get that threshold
-    (the driver, already running, keeps its own).
+    (the driver, already running, keeps its own). The fork server imports ``modules`` (the steps'
+    ``worker_modules``) besides Beam's worker and the graph: the first call starts it.
 
     Workers are forked only where multiprocessing can prepare them without running the driver's
     script again (:func:`main_is_guarded`); otherwise each starts as Beam starts it. The fork
@@ -195,7 +196,7 @@ def install(options: PipelineOptions) -> None:
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers
     multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    _fork_workers = multi_processing and start_fork_server(WORKER_MODULES)  # it imports while the graph is built
+    _fork_workers = multi_processing and start_fork_server([*WORKER_MODULES, *modules])  # it imports meanwhile
 
 
 def start_fork_server(modules: list[str]) -> bool:

@@ -9,7 +9,10 @@ profile's ``steps:`` list. It declares:
 - ``counters``: every counter it can emit, drop reasons included (``reason/<lang>`` breakdowns of
   a declared name are allowed);
 - ``provides`` / ``requires(cfg)``: the document fields it sets / needs from an earlier step
-  (``lang`` from ``lid``): the config loader refuses an order that breaks them.
+  (``lang`` from ``lid``): the config loader refuses an order that breaks them;
+- ``worker_modules``: the third-party modules it imports lazily (in ``setup()`` or on its first
+  document, to keep the command line fast); the DirectRunner's fork server imports them once,
+  while the driver prepares, rather than every worker after it starts.
 
 Its life: ``__init__(cfg, run)`` keeps the config (cheap, no I/O); ``prepare()`` runs once on the
 driver before any work (check model files, read a cutoff table: a mistake is one
@@ -93,6 +96,8 @@ class Step:
     """Document fields it sets (a later step's ``requires`` names them)."""
     transform: ClassVar[str | None] = None
     reads_files: ClassVar[bool] = False
+    worker_modules: ClassVar[tuple[str, ...]] = ()
+    """Modules its workers import lazily (the fork server imports them before forking workers)."""
 
     def __init__(self, cfg: Any, run: RunInfo) -> None:
         self.cfg, self.run = cfg, run

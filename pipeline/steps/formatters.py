@@ -115,6 +115,7 @@ class Ftfy(TextStep):
 
     name = "ftfy"
     Config = FtfyConfig
+    worker_modules = ("ftfy",)
 
     def __init__(self, cfg: FtfyConfig, run: RunInfo = RunInfo()) -> None:
         super().__init__(cfg, run)

@@ -106,6 +106,7 @@ class LanguageIdentifier(Step):
     Config = LidConfig
     counters = ("below_threshold",)
     provides = ("lang", "lang_score")
+    worker_modules = ("fasttext",)
 
     def __init__(self, cfg: LidConfig, run: RunInfo = RunInfo()) -> None:
         super().__init__(cfg, run)

@@ -203,6 +203,7 @@ class PerplexityScorer(Step):
     counters = ("above_max_perplexity", "dropped_head", "dropped_middle", "dropped_tail", "dropped_all",
                 "model_load_failed", "no_cutoff")
     provides = ("perplexity", "bucket")
+    worker_modules = ("kenlm", "sentencepiece")
 
     def __init__(self, cfg: PerplexityConfig, run: RunInfo = RunInfo(), languages: list[str] | None = None,
                  cutoffs: dict[str, list[float]] | None = None) -> None:

@@ -55,6 +55,7 @@ class UrlFilter(Step):
     name = "url_filter"
     Config = UrlFilterConfig
     counters = ("domain", "subdomain", "url", "hard_blacklisted", "soft_blacklisted", "blacklisted_subword", "no_url")
+    worker_modules = ("ahocorasick", "tldextract")
 
     def __init__(self, cfg: UrlFilterConfig, run: RunInfo = RunInfo()) -> None:
         super().__init__(cfg, run)
