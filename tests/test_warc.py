@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from conftest import gz, warc_record
 from warcio.archiveiterator import ArchiveIterator as WarcioIterator
 
 from pipeline.steps.base import Drop, Note, Rejected
-from pipeline.readers.warc import RecordReader, iter_gzip_members
+from pipeline.readers.warc import RecordReader, iter_gzip_members, iter_members
 
 
 def read(data: bytes, fmt: str = "wet", name: str = "x.warc.wet.gz"):
@@ -264,3 +265,64 @@ def test_a_file_that_cannot_be_read_is_one_rejection(tmp_path):
     [result] = list(read_file(str(path), ReadConfig()))
     assert isinstance(result, Rejected) and result.reason == "unreadable_file" and result.source == str(path)
     assert "OSError" in result.detail or "Error" in result.detail
+
+
+def member_by_member(data: bytes, name: str = "x.warc.wet.gz") -> list:
+    """The reference reading: every gzip member split and parsed on its own."""
+    reader = RecordReader(name, "wet")
+    return list(reader._read_members(iter_members(io.BytesIO(data), name)))
+
+
+def structural_cases() -> dict[str, bytes]:
+    """Files whose members do not hold one record each, or that end or continue wrongly."""
+    one, two, three = (warc_record(f"Page {i}\nSome text of page {i}.".encode(), record_id=f"<urn:uuid:{i}>")
+                       for i in (1, 2, 3))
+    whole = good(1) + good(2) + good(3)
+    last = len(good(1) + good(2))
+    return {
+        "two records in one member": good(1) + gz(one + two) + good(3),
+        "two records in one member after a member of the first's size": gz(one) + gz(one + two) + good(3),
+        "a record split over two members": good(1) + gz(two[:100]) + gz(two[100:]) + good(3),
+        "bytes after the record in its member": good(1) + gz(two + b"xx") + good(3),
+        "whitespace after the record in its member": good(1) + gz(two + b"\r\n") + good(3),
+        "an empty member": good(1) + gz(b"") + good(2),
+        "a member of whitespace": good(1) + gz(b"\r\n\r\n") + good(2),
+        "garbage at the end": whole + b"garbage",
+        "zeros at the end": whole + bytes(10),
+        "a second gzip stream header at the end": whole + b"\x1f\x8b\x08",
+        "not gzip after all": b"\x1f\x8b\x08" + one,
+        "no records": gz(b""),
+        "one record, uncompressed inside": gz(three),
+        **{f"cut {n} bytes before the end": whole[:-n] for n in (1, 4, 8, 9, 30, 200)},
+        **{f"cut {n} bytes into the last member": whole[:last + n] for n in (1, 10, 18)},
+    }
+
+
+@pytest.mark.parametrize("case", sorted(structural_cases()))
+def test_the_whole_file_path_equals_member_by_member_on_structural_faults(case):
+    data = structural_cases()[case]
+    assert read(data) == member_by_member(data)
+
+
+def test_the_whole_file_path_equals_member_by_member_on_corrupted_copies(sample):
+    """400 random corruptions (flips, cuts, garbage, repeats) of 24 real records, and the bad cases."""
+    from test_fuzz import corrupt
+
+    data = (sample / "wet" / "sample-00000.warc.wet.gz").read_bytes()
+    members = list(iter_gzip_members(io.BytesIO(data)))[:24]
+    base = data[:members[-1].offset + members[-1].length]
+    rng = random.Random(7)
+    for copy in [*(corrupt(base, rng) for _ in range(400)), *(make() for make in BAD_CASES.values())]:
+        assert read(copy) == member_by_member(copy)
+
+
+def test_a_clean_file_is_read_whole(sample, monkeypatch):
+    """The fast path holds on CommonCrawl's own layout: the member-by-member path is never entered."""
+    path = sample / "wet" / "sample-00001.warc.wet.gz"
+    expected = member_by_member(path.read_bytes(), path.name)
+
+    def fail(*_):
+        raise AssertionError("fell back to reading member by member")
+
+    monkeypatch.setattr(RecordReader, "_read_members", fail)
+    assert read(path.read_bytes(), name=path.name) == expected
