@@ -42,9 +42,9 @@ class WriteShard(CountingDoFn):
         super().__init__("write")
         self.output, self.fmt, self.schema = output, fmt, schema
 
-    def process(self, item: tuple[tuple[str, str, int], Iterable[pa.Table]]) -> Iterator[str]:
+    def process(self, item: tuple[tuple[str, str, int], Iterable[bytes]]) -> Iterator[str]:
         (lang, bucket, shard), parts = item
-        table = shards.shard_table(parts)
+        table = shards.shard_table(map(ArrowTableCoder().decode, parts))
         path = layout.shard_path(self.output, lang, bucket, shard, self.fmt)
         shards.write_table(shards.output_table(table, self.schema), path, self.fmt)
         self.count("shards")
@@ -72,6 +72,14 @@ class AsTables(beam.PTransform):
         )
 
 
+def _encoded_parts(table: pa.Table, totals: dict[tuple[str, str], int],
+                   target_bytes: int) -> Iterator[tuple[tuple[str, str, int], bytes]]:
+    """:func:`shards.split_by_shard`, each part encoded here: the FnApiRunner's grouping decodes and
+    encodes every value again in its own (single) process, which for a table costs as much as here."""
+    for key, part in shards.split_by_shard(table, totals, target_bytes):
+        yield key, ArrowTableCoder().encode(part)
+
+
 class WriteCorpus(beam.PTransform):
     """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards (``<l>_<b>_NNNN.json.gz``
     in CCNet's layout).
@@ -90,9 +98,9 @@ class WriteCorpus(beam.PTransform):
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
-            | "SplitByShard" >> beam.FlatMap(shards.split_by_shard, totals=beam.pvalue.AsSingleton(sizes),
+            | "SplitByShard" >> beam.FlatMap(_encoded_parts, totals=beam.pvalue.AsSingleton(sizes),
                                              target_bytes=self.target)
-            .with_output_types(tuple[tuple[str, str, int], pa.Table])
+            .with_output_types(tuple[tuple[str, str, int], bytes])
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> Counted(WriteShard(self.output, self.cfg.format, self.cfg.schema))
         )
