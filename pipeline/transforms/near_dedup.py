@@ -269,7 +269,8 @@ class UnionFind(CountingDoFn):
 
 
 class ApplyNearDup(CountingDoFn):
-    """(id, {doc, parent, size}) -> the kept document with ``minhash_cluster_size``, or a removal."""
+    """(id, {doc (pickled: :func:`_by_id`), parent, size}) -> the kept document with
+    ``minhash_cluster_size``, or a removal."""
 
     def __init__(self, write_removed: bool) -> None:
         super().__init__(NearDedup.name)
