@@ -19,6 +19,7 @@ from .output import fs, layout, stores
 from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .report.corpus_report import build as build_report
+from .report.html import preload as preload_report
 from .runners import forkserver, ledger
 from .runners.options import DASK_NAMES, check_engine, cloud_error, make_runner, pipeline_options
 from .steps.base import Step
@@ -189,6 +190,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
     build_pipeline(pipeline, cfg, list(files), steps)
+    if not build_only:
+        preload_report()
     try:
         result = pipeline.run()
         if build_only:  # with --template_location the job and what it needs are staged, not run

@@ -287,6 +287,27 @@ def test_the_runner_names_resolve_to_our_runners():
     assert make_runner(pipeline_options("PortableRunner", ["--job_endpoint=embed"])) is None
 
 
+def test_options_import_dask_only_for_its_runner_or_flags():
+    """Checking a DirectRunner run's flags does not import Dask (about a second of every run);
+    the DaskRunner's own flags are still known, and still checked, with any runner."""
+    script = """
+import sys
+from pipeline.runners.options import pipeline_options
+from pipeline.util.errors import UserError
+pipeline_options("DirectRunner", ["--direct_num_workers=2"])
+print("distributed" in sys.modules)
+pipeline_options("DirectRunner", ["--dask_client_address=127.0.0.1:1"])
+print("distributed" in sys.modules)
+try:
+    pipeline_options("DirectRunner", ["--dask_num_workers=two"])
+except UserError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[:2] == ["False", "True"]
+    assert "--dask_num_workers" in out[2] and "two" in out[2]
+
+
 def test_local_cluster_listens_on_loopback_only():
     psutil = pytest.importorskip("psutil")
     import dask

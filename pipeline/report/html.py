@@ -9,6 +9,7 @@ import dataclasses
 import html
 import io
 import re
+import threading
 from typing import Any
 
 from ..output import fs
@@ -64,12 +65,24 @@ def png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend (no display needed)."""
-    import matplotlib
+_PYPLOT = threading.Lock()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def preload() -> None:
+    """Import matplotlib in a background thread (about half a second), for a report that is built
+    later in this process: a corpus run's, after the pipeline, which leaves the driver mostly
+    waiting on its workers."""
+    threading.Thread(target=pyplot, name="preload-matplotlib", daemon=True).start()
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed); one thread at a time, so that
+    no thread selects the backend while another is still importing pyplot (:func:`preload`)."""
+    with _PYPLOT:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     return plt
 

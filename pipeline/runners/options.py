@@ -49,13 +49,21 @@ class _FlagParser(_BeamArgumentParser):
 
 
 def unknown_beam_flags(flags: list[str]) -> list[str]:
-    """Flags no registered Beam PipelineOptions class knows (Beam would only log and drop them)."""
-    from . import dask_runner  # noqa: F401  registers Beam's DaskOptions and ours
+    """Flags no registered Beam PipelineOptions class knows (Beam would only log and drop them).
+    The DaskRunner's options register when its module is imported, which imports Dask (about a
+    second): only done when the run names that runner or a flag is unknown without them."""
+    def unknown() -> list[str]:
+        parser = _FlagParser(allow_abbrev=False)
+        for cls in _all_option_classes():
+            cls._add_argparse_args(parser)
+        return parser.parse_known_args(flags)[1]
 
-    parser = _FlagParser(allow_abbrev=False)
-    for cls in _all_option_classes():
-        cls._add_argparse_args(parser)
-    return parser.parse_known_args(flags)[1]
+    left = unknown()
+    if left or any(flag.split("=", 1)[1] in DASK_NAMES for flag in flags if flag.startswith("--runner=")):
+        from . import dask_runner  # noqa: F401  registers Beam's DaskOptions and ours
+
+        left = unknown()
+    return left
 
 
 def engine_defaults(runner: str, flags: list[str]) -> list[str]:
