@@ -29,9 +29,11 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    are linear in its size when members are alike.
 4. **Connected components** by the alternating large-star / small-star algorithm (Kiveris et
    al., 2014), unrolled ``max_iterations`` times in the graph (a Beam graph is static); once a
-   round changes nothing the edges leave the loop and the remaining rounds run empty. At the end
-   each component is a star around its smallest id, the kept document; the others are removed
-   with ``duplicate_of`` set to it. A chain A~B~C is one cluster even if A and C are not alike.
+   round changes nothing the edges leave the loop and the remaining rounds run empty. Edges
+   still changing after the last round are joined in one worker, by union-find in memory
+   (:func:`star_edges`; datatrove clusters all of a dump's pairs so), and counted as
+   ``cc_not_converged``. At the end each component is a star around its smallest id, the kept
+   document; the others are removed with ``duplicate_of`` set to it. A chain A~B~C is one cluster even if A and C are not alike.
 5. **Join** by document id: kept documents get ``minhash_cluster_size`` (1 for singletons);
    removed ones are counted (``near_duplicate``) and, with ``write.removed``, written to
    ``removed/near_dedup/`` with ``duplicate_of``.
@@ -46,6 +48,8 @@ import unicodedata
 from typing import Iterable, Protocol, Sequence
 
 import numpy as np
+
+from .minhash_datatrove import union_find
 
 SHINGLES = ("auto", "word", "char")
 SCOPES = ("language", "global")
@@ -335,10 +339,23 @@ def small_star(node: str, smaller: Iterable[str]) -> tuple[list[tuple[str, str]]
     return [(smallest, v) for v in (*linked[1:], node)], len(linked) > 1
 
 
-def resolve(node: str, neighbors: Iterable[str]) -> tuple[str | None, int, bool]:
-    """``(kept id or None if node is kept, cluster size if node is kept, converged here)``."""
+def resolve(node: str, neighbors: Iterable[str]) -> tuple[str | None, int]:
+    """In a converged graph (stars around their smallest ids): ``(kept id, 0)`` for a removed
+    node, ``(None, cluster size)`` for a kept one."""
     linked = set(neighbors)
-    smaller = sorted(v for v in linked if v < node)
-    if not smaller:
-        return None, 1 + len(linked), True
-    return smaller[0], 0, len(smaller) == 1 and len(linked) == 1
+    smaller = min((v for v in linked if v < node), default=None)
+    return (None, 1 + len(linked)) if smaller is None else (smaller, 0)
+
+
+def star_edges(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The converged graph of ``edges`` at once, by union-find in memory: every component a star
+    around its smallest id, each edge both ways (what the rounds converge to)."""
+    removed, sizes = union_find(edges)
+    members: dict[str, list[str]] = {root: [root] for root in sizes}
+    for node, root in removed.items():
+        members[root].append(node)
+    stars = []
+    for nodes in members.values():
+        kept = min(nodes)
+        stars += [pair for node in nodes if node != kept for pair in ((kept, node), (node, kept))]
+    return stars
