@@ -77,7 +77,7 @@ def _short(value: float, _: Any = None) -> str:
 
 def _log_axis(ax: Any, bars: bool = False) -> None:
     """A log x axis with 1-2-5 ticks labelled plainly (no overlapping minor labels); bars start at 1."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     ax.set_xscale("log")
     if bars:
@@ -86,7 +86,7 @@ def _log_axis(ax: Any, bars: bool = False) -> None:
     subs = (1.0, 2.0, 5.0) if math.log10(high / low) <= 3 else (1.0,)  # fewer labels over many decades
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.xaxis.set_major_formatter(FuncFormatter(_short))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def _hbar(labels: list[str], series: list[tuple[str, list[float]]], xlabel: str, title: str,
