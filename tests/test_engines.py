@@ -308,6 +308,28 @@ except UserError as exc:
     assert "--dask_num_workers" in out[2] and "two" in out[2]
 
 
+def test_local_cluster_workers_have_the_steps_worker_modules_imported():
+    """A run's steps' ``worker_modules`` are imported once, by the fork server the LocalCluster's
+    workers are forked from, as for the DirectRunner's SDK workers (a new process: the fork server
+    is one per driver process)."""
+    script = """
+import sys
+from dask.distributed import Client
+from pipeline.runners import forkserver
+from pipeline.runners.dask_runner import local_cluster
+from pipeline.runners.options import pipeline_options
+forkserver.install(pipeline_options("DaskRunner", []), ["fasttext", "kenlm"])
+assert "kenlm" not in sys.modules
+cluster = local_cluster(1)
+with Client(cluster) as client:
+    print(sorted(client.run(lambda: [m for m in ("fasttext", "kenlm") if m in sys.modules]).values()))
+cluster.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[['fasttext', 'kenlm']]"
+
+
 def test_local_cluster_listens_on_loopback_only():
     psutil = pytest.importorskip("psutil")
     import dask

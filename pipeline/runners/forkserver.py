@@ -101,6 +101,7 @@ WORKER_MODULES = ["apache_beam.runners.worker.sdk_worker_main", "pipeline.graph"
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server
+_step_modules: list[str] = []  # set by install(): the steps' worker_modules, for a fork server started later
 
 
 def _run_worker(env: dict[str, str]) -> None:
@@ -194,9 +195,16 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     execution.GroupingBuffer.partition = _partition_in_pieces
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
-    global _fork_workers
+    global _fork_workers, _step_modules
+    _step_modules = list(modules)
     multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    _fork_workers = multi_processing and start_fork_server([*WORKER_MODULES, *modules])  # it imports meanwhile
+    _fork_workers = multi_processing and start_fork_server(preloaded())  # it imports meanwhile
+
+
+def preloaded() -> list[str]:
+    """What a fork server imports before forking workers: Beam's worker, the graph, and the
+    worker modules of the steps :func:`install` was given."""
+    return [*WORKER_MODULES, *_step_modules]
 
 
 def start_fork_server(modules: list[str]) -> bool:
