@@ -673,14 +673,14 @@ def store_options_plugin(options: PipelineOptions) -> Any:
 def local_cluster(workers: int | None) -> Any:
     """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard.
 
-    Its workers are forked from the fork server (``forkserver.start_fork_server``), which has
-    Beam, distributed, the pipeline and the steps' worker modules imported, rather than spawned as new interpreters that import
-    them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold, one BLAS thread) and
-    hash seed must be in a process's environment when it starts, so they go into this one's before
-    the fork server starts, as the nanny would put them there before spawning. The workers keep
-    no statistical profile (it is for a dashboard, which this cluster has not got, and its call
-    trees grew by a fifth of a worker's memory at 8x the benchmark corpus) and shorter developer
-    logs (each entry holds a task, and a stage's task holds its pickled DoFns).
+    Its workers are forked from the fork server (``forkserver.start_fork_server``), which has Beam,
+    distributed, the pipeline and the steps' worker modules imported, rather than spawned as new
+    interpreters that import them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold,
+    one BLAS thread) and hash seed must be in a process's environment when it starts, so they go
+    into this one's before the fork server starts, as the nanny would put them there before
+    spawning. The workers keep no statistical profile (it is for a dashboard, which this cluster has
+    not got, and its call trees grew by a fifth of a worker's memory at 8x the benchmark corpus) and
+    shorter developer logs (each entry holds a task, and a stage's task holds its pickled DoFns).
     """
     import dask
     from dask.distributed import LocalCluster

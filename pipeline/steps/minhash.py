@@ -33,7 +33,8 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    still changing after the last round are joined in one worker, by union-find in memory
    (:func:`star_edges`; datatrove clusters all of a dump's pairs so), and counted as
    ``cc_not_converged``. At the end each component is a star around its smallest id, the kept
-   document; the others are removed with ``duplicate_of`` set to it. A chain A~B~C is one cluster even if A and C are not alike.
+   document; the others are removed with ``duplicate_of`` set to it. A chain A~B~C is one
+   cluster even if A and C are not alike.
 5. **Join** by document id: kept documents get ``minhash_cluster_size`` (1 for singletons);
    removed ones are counted (``near_duplicate``) and, with ``write.removed``, written to
    ``removed/near_dedup/`` with ``duplicate_of``.

@@ -64,8 +64,8 @@ class _Resolve(CountingDoFn):
         super().__init__(NearDedup.name)
 
     def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, tuple[str, Any]]]:
-        kept, size = resolve(*item)
-        node = item[0]
+        node, neighbors = item
+        kept, size = resolve(node, neighbors)
         if kept is None:
             self.count("clusters")
             yield beam.pvalue.TaggedOutput("size", (node, size))
