@@ -20,7 +20,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindows
-from conftest import free_port, gz, warc_record
+from conftest import ROOT, free_port, gz, warc_record
 
 from pipeline.__main__ import main
 from pipeline.output.layout import RUN_FILE
@@ -306,6 +306,40 @@ except UserError as exc:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[:2] == ["False", "True"]
     assert "--dask_num_workers" in out[2] and "two" in out[2]
+
+
+def test_options_keep_one_view_per_class():
+    """Our options build each view once (Beam asks for ~650 while the graph is built, each a new
+    argparse parse); a kept view reads and writes the values every other view and the job's
+    options see."""
+    from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, TypeOptions
+    from pipeline.runners.options import pipeline_options
+
+    options = pipeline_options("DirectRunner", ["--direct_num_workers=2"])
+    assert options.view_as(TypeOptions) is options.view_as(TypeOptions)
+    options.view_as(DebugOptions).add_experiment("kept_view")
+    options.view_as(DirectOptions).direct_num_workers = 3
+    assert "kept_view" in options.view_as(DebugOptions).experiments
+    assert options.get_all_options()["direct_num_workers"] == 3
+    assert pickle.loads(pickle.dumps(options)).view_as(DirectOptions).direct_num_workers == 3
+
+
+def test_graph_building_leaves_datasketch_to_the_workers():
+    """The near-dup graph is built without importing datasketch (scipy under it: 0.7 s of the
+    driver); the band layout is derived in the workers' ``setup``."""
+    script = """
+import sys
+import apache_beam as beam
+from pipeline.config import load_config
+from pipeline.graph import build_pipeline, build_steps
+cfg = load_config("configs/corpus/sample.yaml", {"input": ["x.wet.gz"], "output": "/tmp/unused", "runner": None},
+                  ["steps=[dedup, lid, near_dedup]"])
+steps = build_steps(cfg, 1)
+build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+print("datasketch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.split() == ["False"]
 
 
 def test_local_cluster_workers_have_the_steps_worker_modules_imported():

@@ -316,6 +316,7 @@ def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify):
     assert len(want) > 30
     for partitions, batch in ((1, 100), (3, 7), (8, 33)):
         keys, grouped = BandKeys(cfg, partitions), {}
+        keys.setup()
         for start in range(0, len(docs), batch):
             for key, value in keys.process(docs[start:start + batch]):
                 grouped.setdefault(key, []).append(value)

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, PortableOptions, _BeamArgumentParser
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PipelineOptionsT, PortableOptions,
+                                                  _BeamArgumentParser)
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo, FnApiRunner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
@@ -46,6 +47,19 @@ class _FlagParser(_BeamArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UserError(message)
+
+
+class Options(PipelineOptions):
+    """Beam's options whose views are built once per class. Beam asks the pipeline's options for a
+    view (a new argparse parser over every flag) twice per applied transform and again per type
+    check: ~650 parses, 0.3 s of building our graph. Views share ``_all_options`` either way, so a
+    kept view reads and writes what a new one would."""
+
+    def view_as(self, cls: type[PipelineOptionsT]) -> PipelineOptionsT:
+        views = self.__dict__.setdefault("_views", {})
+        if cls not in views:
+            views[cls] = super().view_as(cls)
+        return views[cls]
 
 
 def unknown_beam_flags(flags: list[str]) -> list[str]:
@@ -97,7 +111,7 @@ def pipeline_options(runner: str, flags: list[str]) -> PipelineOptions:
     unknown = unknown_beam_flags(flags)
     if unknown:
         raise UserError(f"unknown option or argument {unknown[0]!r} (neither ours nor a Beam pipeline option; see --help)")
-    return PipelineOptions(flags)
+    return Options(flags)
 
 
 def check_buckets(options: PipelineOptions) -> None:
