@@ -13,6 +13,7 @@ from .config import describe_corpus_config, load_config
 from .util.configfile import read_yaml
 from .util.errors import UserError
 from .output.layout import shard_pattern
+from .runners import prefork
 
 RUN_EPILOG = """\
 config keys (YAML file, or --set KEY=VALUE):
@@ -55,10 +56,11 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
-    from .run import run_corpus
-
     cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set)
     cfg.beam_options = [*cfg.beam_options, *beam_flags]
+    prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules())  # imports while the driver does
+    from .run import run_corpus  # imports Beam
+
     if args.no_progress:
         cfg.progress = False
     report = run_corpus(cfg, overwrite=args.overwrite, resume=args.resume)
@@ -157,7 +159,9 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
 LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(store_options: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``store_options``: Beam's S3 options on the commands that read stores
+    themselves (``cutoffs``, ``report``, ``status``), which imports Beam."""
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
@@ -216,10 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
     rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
     rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
-    from .output import stores  # Beam's S3 options, imported with Beam only here
+    if store_options:
+        from .output import stores
 
-    for command in (cut, rep, st):
-        stores.add_arguments(command)
+        for command in (cut, rep, st):
+            stores.add_arguments(command)
     return parser
 
 
@@ -233,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in root.handlers:
         handler.addFilter(_quiet_beam)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser(store_options=command != "run")  # `run` imports Beam after its fork server starts
     args, extra = parser.parse_known_args(argv)
     commands = {"run": cmd_run, "status": cmd_status, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:

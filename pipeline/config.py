@@ -89,6 +89,14 @@ class CorpusConfig:
         """Step ``name``'s config."""
         return self.sections[name]
 
+    def active_step_classes(self) -> list[type[Step]]:
+        """The classes of the steps that run (``Step.active`` on their sections), in order."""
+        return [cls for cls in self.step_classes() if cls.active(self.section(cls.name))]
+
+    def worker_modules(self) -> list[str]:
+        """The third-party modules the running steps import in the workers (``Step.worker_modules``)."""
+        return [module for cls in self.active_step_classes() for module in cls.worker_modules]
+
     def to_dict(self) -> dict[str, Any]:
         """The config as stats.json records it: the steps in order, their sections and the run's."""
         classes = self.step_classes()

@@ -35,7 +35,7 @@ def run_info(cfg: CorpusConfig, n_files: int) -> RunInfo:
 def build_steps(cfg: CorpusConfig, n_files: int) -> list[Step]:
     """The active steps of the config, in order (not yet prepared: see ``Step.prepare``)."""
     run = run_info(cfg, n_files)
-    return [cls(cfg.section(cls.name), run) for cls in cfg.step_classes() if cls.active(cfg.section(cls.name))]
+    return [cls(cfg.section(cls.name), run) for cls in cfg.active_step_classes()]
 
 
 def composite(step: Step, *args: Any) -> beam.PTransform:

@@ -161,7 +161,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     files = fs.match_inputs(cfg.input)
     check_engine(options)
     steps = build_steps(cfg, len(files))
-    forkserver.install(options, [module for step in steps for module in step.worker_modules])  # imports meanwhile
+    forkserver.install(options, cfg.worker_modules())  # imports meanwhile (when `pipeline run` has not started it)
     prepare_steps(steps, options)
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
@@ -183,6 +183,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
             flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
             cfg = dataclasses.replace(cfg, beam_options=[*cfg.beam_options, *flags])
             options = pipeline_options(cfg.runner, cfg.beam_options)
+    stores.take_retries()  # S3 retries counted in this process so far belong to no run of ours, or an earlier one
     start = time.perf_counter()
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from types import ModuleType, SimpleNamespace
 from unittest import mock
 
@@ -22,7 +23,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.runners import forkserver
+from conftest import ROOT
+from pipeline.runners import forkserver, prefork
 from pipeline.runners.options import make_runner, pipeline_options
 from pipeline.util.errors import UserError
 
@@ -138,4 +140,34 @@ def test_only_a_guarded_main_lets_workers_fork(tmp_path, spec, source, guarded):
     if source is not None:
         main.__file__ = str(tmp_path / "main.py")
         (tmp_path / "main.py").write_text(source)
-    assert forkserver.main_is_guarded(main) is guarded
+    assert prefork.main_is_guarded(main) is guarded
+
+
+@pytest.mark.parametrize("runner, flags, forks", [
+    ("DirectRunner", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"], True),
+    ("DirectRunner", ["--direct_running_mode", "multi_processing"], True),
+    ("DirectRunner", ["--direct_running_mode=multi_threading"], False),
+    ("DirectRunner", [], False),  # Beam's default: in_memory
+    ("DaskRunner", ["--direct_running_mode=multi_processing"], False),
+    ("DirectRunner", ["--runner=PortableRunner", "--direct_running_mode=multi_processing"], False),
+])
+def test_the_flags_say_whether_a_run_forks_its_workers(runner, flags, forks):
+    assert prefork.forks_workers(runner, flags) is forks
+
+
+def test_pipeline_run_starts_the_fork_server_before_importing_beam():
+    """``pipeline run`` starts the fork server, with its steps' worker modules, right after reading
+    the config, so that it imports Beam while the driver does (a new process: the fork server is
+    one per process, and Beam must not be imported yet)."""
+    script = """
+import sys
+from pipeline.runners import prefork
+def start(modules):
+    sys.exit(f"{'apache_beam' in sys.modules} {' '.join(modules)}")
+prefork.start_fork_server = start
+from pipeline.__main__ import main
+main(["run", "--config", "configs/corpus/sample.yaml", "--input", "tests/data/sample/wet/*.gz", "--output", "unused",
+      "--set", "steps=[dedup, lid]", "--set", "beam_options=[--direct_num_workers=2, --direct_running_mode=multi_processing]"])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.stderr.split() == ["False", *prefork.WORKER_MODULES, "fasttext"]

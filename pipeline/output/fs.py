@@ -1,37 +1,46 @@
 """File access through Beam's FileSystems, so every path may be local, gs:// or s3://."""
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
-
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
 
 from ..util import faults
 from . import stores
 from ..util.errors import UserError
 
-stores.share_s3_clients()
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+
+@functools.cache
+def beam_filesystems() -> Any:
+    """Beam's ``FileSystems``, imported on first use, with the S3 clients shared
+    (:func:`stores.share_s3_clients`). Reading a config imports no Beam: ``pipeline run`` starts its
+    workers' fork server first, so that it imports Beam while the driver does."""
+    from apache_beam.io.filesystems import FileSystems
+
+    stores.share_s3_clients()
+    return FileSystems
 
 
 def configure(options: PipelineOptions) -> None:
     """Store clients (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) from these options, in
     this process; Beam passes them on to its own SDK workers, the DaskRunner to its workers."""
-    FileSystems.set_options(options)
+    beam_filesystems().set_options(options)
 
 
 def is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) in (None, "file")
+    return beam_filesystems().get_scheme(path) in (None, "file")
 
 
 def join(base: str, *parts: str) -> str:
-    return FileSystems.join(base, *parts)
+    return beam_filesystems().join(base, *parts)
 
 
 def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
@@ -41,7 +50,7 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     for pattern in patterns:
         try:
-            result = FileSystems.match([pattern])[0]
+            result = beam_filesystems().match([pattern])[0]
         except Exception as exc:  # Beam wraps every filesystem failure in BeamIOError
             raise UserError(f"cannot list input {pattern!r}: {exc}") from None
         paths = {m.path: m.size_in_bytes for m in result.metadata_list}
@@ -56,29 +65,33 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
 def match_optional(pattern: str) -> list[str]:
     """Sorted paths matching ``pattern``; none is fine."""
     try:
-        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        return sorted(m.path for m in beam_filesystems().match([pattern])[0].metadata_list)
     except Exception:  # BeamIOError: some filesystems raise when nothing matches
         return []
 
 
 def open_read(path: str) -> BinaryIO:
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return beam_filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    return beam_filesystems().exists(path)
 
 
 def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write(stream)`` to a temporary name beside ``path``, then rename."""
+    from apache_beam.io.filesystem import CompressionTypes
+
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     if is_local(path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+    with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         write(stream)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+    if beam_filesystems().exists(path):
+        beam_filesystems().delete([path])
+    beam_filesystems().rename([tmp], [path])
 
 
 def remove_temporaries(patterns: Iterable[str]) -> list[str]:
@@ -107,9 +120,9 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
         faults.fault_point("POLYGLOT_FAULT", "replace", n)
         if is_local(dest):
             Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        if FileSystems.exists(dest):
-            FileSystems.delete([dest])
-        FileSystems.rename([source], [dest])
+        if beam_filesystems().exists(dest):
+            beam_filesystems().delete([dest])
+        beam_filesystems().rename([source], [dest])
     remove_folder(staging)
 
 
@@ -152,13 +165,13 @@ def remove_empty_folders(root: str, patterns: Iterable[str]) -> None:
 
 
 def delete(paths: Iterable[str]) -> None:
-    existing = [p for p in paths if FileSystems.exists(p)]
+    existing = [p for p in paths if beam_filesystems().exists(p)]
     if existing:
-        FileSystems.delete(existing)
+        beam_filesystems().delete(existing)
 
 
 def size(path: str) -> int:
-    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    return beam_filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
 def local_copy(path: str, cache_dir: Path) -> Path:

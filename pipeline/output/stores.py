@@ -15,12 +15,12 @@ import logging
 import os
 import threading
 import uuid
-from typing import Any
-
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+from typing import TYPE_CHECKING, Any
 
 from ..util.errors import UserError
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 LOG = logging.getLogger(__name__)
 TIMEOUT_S = 10
@@ -79,6 +79,7 @@ def share_s3_clients() -> None:
     5 attempts) and counts its retries (:func:`take_retries`).
     """
     from apache_beam.io.aws.clients.s3 import boto3_client
+    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
     if getattr(boto3_client.Client, "shared", False):
         return
@@ -106,11 +107,15 @@ def share_s3_clients() -> None:
 def add_arguments(parser: Any) -> None:
     """Beam's S3 options (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) on a command that is
     not a Beam pipeline; gs:// takes Google's standard environment."""
+    from apache_beam.options.pipeline_options import S3Options
+
     S3Options._add_argparse_args(parser.add_argument_group("object stores (s3://; gs:// uses Google's environment)"))
 
 
 def options_of(args: Any) -> PipelineOptions:
     """The store options a command line of :func:`add_arguments` gave."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     given = {flag: getattr(args, flag) for flag in S3_FLAGS if getattr(args, flag, None) not in (None, False)}
     return PipelineOptions.from_dictionary(given)
 
@@ -119,8 +124,10 @@ def open_stores(args: Any, reads: dict[str, str], writes: dict[str, str] | None 
     """For a command of :func:`add_arguments`: Beam's filesystems in this process take its store
     options, and the bucket of each path is probed (``{flag: path}``; ``writes`` must take a
     write). Returns the options as a dictionary, for worker processes."""
+    from .fs import beam_filesystems
+
     options = options_of(args)
-    FileSystems.set_options(options)
+    beam_filesystems().set_options(options)
     for what, path in reads.items():
         check(str(path), what, options)
     for what, path in (writes or {}).items():
@@ -136,6 +143,8 @@ def bucket_and_key(path: str) -> tuple[str, str]:
 def s3_client(options: PipelineOptions) -> Any:
     """A boto3 S3 client with the options Beam's S3 filesystem uses, failing fast (3 attempts:
     throttling is retried, an endpoint that does not answer is not waited for long)."""
+    from apache_beam.options.pipeline_options import S3Options
+
     return _client(options.view_as(S3Options).get_all_options(), connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,
                    retries={"mode": "standard", "total_max_attempts": 3})  # a throttled probe is not a refusal
 
@@ -214,7 +223,9 @@ def _check_gcs(bucket: str, key: str, options: PipelineOptions, write: bool) -> 
 def check(path: str, what: str, options: PipelineOptions, write: bool = False) -> None:
     """Nothing for a local path; for a bucket path, one error line when the bucket cannot be
     reached, does not exist, refuses these credentials, or (``write``) refuses a write below ``path``."""
-    scheme = FileSystems.get_scheme(path)
+    from .fs import beam_filesystems
+
+    scheme = beam_filesystems().get_scheme(path)
     if scheme not in ("s3", "gs"):
         return
     bucket, key = bucket_and_key(path)

@@ -64,7 +64,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..output import fs
-from . import forkserver, ledger
+from . import forkserver, ledger, prefork
 from ..util import faults
 from ..util.errors import UserError
 
@@ -673,7 +673,7 @@ def store_options_plugin(options: PipelineOptions) -> Any:
 def local_cluster(workers: int | None) -> Any:
     """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard.
 
-    Its workers are forked from the fork server (``forkserver.start_fork_server``), which has Beam,
+    Its workers are forked from the fork server (``prefork.start_fork_server``), which has Beam,
     distributed, the pipeline and the steps' worker modules imported, rather than spawned as new
     interpreters that import them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold,
     one BLAS thread) and hash seed must be in a process's environment when it starts, so they go
@@ -687,7 +687,7 @@ def local_cluster(workers: int | None) -> Any:
 
     environ = {name: str(value) for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
     os.environ.update({"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "6640"), **environ})
-    forked = forkserver.start_fork_server([*forkserver.preloaded(), "distributed", __name__])
+    forked = prefork.start_fork_server([*forkserver.preloaded(), "distributed", __name__])
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn",
                           "distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 100}):
         return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,

@@ -34,15 +34,11 @@ flat memory curve.
 """
 from __future__ import annotations
 
-import ast
 import ctypes
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -53,6 +49,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
 from ..util.errors import UserError
+from .prefork import FORKSERVER, WORKER_MODULES, start_fork_server
 
 PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one element) per message
 
@@ -97,9 +94,7 @@ def _send_in_pieces(self: fn_runner.BundleManager, process_bundle_id: str, read_
 
 
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
-WORKER_MODULES = ["apache_beam.runners.worker.sdk_worker_main", "pipeline.graph"]  # the fork server's imports
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-_FORKSERVER = multiprocessing.get_context("forkserver")
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server
 _step_modules: list[str] = []  # set by install(): the steps' worker_modules, for a fork server started later
 
@@ -122,7 +117,7 @@ class ForkedWorker:
     interpreter that imports them again (about 1.5 s of CPU per worker and run)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.process = _FORKSERVER.Process(target=_run_worker, args=(env,), name="sdk_worker", daemon=True)
+        self.process = FORKSERVER.Process(target=_run_worker, args=(env,), name="sdk_worker", daemon=True)
         self.process.start()
 
     @property
@@ -147,23 +142,6 @@ def _popen(args: Any, **kwargs: Any) -> Any:
     return subprocess.Popen(args, **kwargs)
 
 
-def main_is_guarded(main: ModuleType) -> bool:
-    """Whether a process started by multiprocessing can prepare itself without running the
-    driver's ``__main__`` again: a package's ``__main__`` (``python -m pipeline``, ``-m pytest``)
-    and ``-c`` are not imported by it; a script or ``-m`` module must keep its work under
-    ``if __name__ == "__main__":``."""
-    name = getattr(getattr(main, "__spec__", None), "name", None) or ""
-    path = getattr(main, "__file__", None)
-    if name == "__main__" or name.endswith(".__main__") or path is None:
-        return True
-    try:
-        tree = ast.parse(Path(path).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return False
-    return any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
-               for node in tree.body)
-
-
 class WorkerMemoryOptions(PipelineOptions):
     """How the worker processes this run starts allocate memory."""
 
@@ -182,10 +160,11 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     """Put the overrides in place (idempotent); every FnApiRunner of this process uses them. With
     ``--worker_mmap_threshold_mb``, the worker processes started from now on get that threshold
     (the driver, already running, keeps its own). The fork server imports ``modules`` (the steps'
-    ``worker_modules``) besides Beam's worker and the graph: the first call starts it.
+    ``worker_modules``) besides Beam's worker and the graph: the first call starts it, unless
+    ``pipeline run`` did (``prefork.start_for_run``).
 
     Workers are forked only where multiprocessing can prepare them without running the driver's
-    script again (:func:`main_is_guarded`); otherwise each starts as Beam starts it. The fork
+    script again (``prefork.main_is_guarded``); otherwise each starts as Beam starts it. The fork
     server lives as long as the driver process, so later runs of that process fork at once."""
     threshold = options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb
     if threshold is not None:
@@ -205,14 +184,3 @@ def preloaded() -> list[str]:
     """What a fork server imports before forking workers: Beam's worker, the graph, and the
     worker modules of the steps :func:`install` was given."""
     return [*WORKER_MODULES, *_step_modules]
-
-
-def start_fork_server(modules: list[str]) -> bool:
-    """Start multiprocessing's fork server importing ``modules``, where workers can be forked from it
-    (:func:`main_is_guarded`); one per driver process: a later call finds it running, with the
-    modules and environment it started with. Returns whether it runs."""
-    if "forkserver" not in multiprocessing.get_all_start_methods() or not main_is_guarded(sys.modules["__main__"]):
-        return False
-    _FORKSERVER.set_forkserver_preload(modules)
-    multiprocessing.forkserver.ensure_running()
-    return True

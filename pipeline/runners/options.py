@@ -24,9 +24,9 @@ from apache_beam.runners.runner import PipelineRunner
 
 from . import forkserver
 from ..util.errors import UserError
+from .prefork import LOCAL_NAMES
 
 DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
-LOCAL_NAMES = ("DirectRunner", "SwitchingDirectRunner")
 JAR_RUNNERS = {"FlinkRunner": ("--flink_job_server_jar", "--flink_master"),
                "SparkRunner": ("--spark_job_server_jar", "--spark_master_url")}
 # Beam's job servers as workflows/setup.sh assembles them (java/): Beam 2.62's, for Flink 1.19 and Spark 3
