@@ -124,10 +124,10 @@ def open_stores(args: Any, reads: dict[str, str], writes: dict[str, str] | None 
     """For a command of :func:`add_arguments`: Beam's filesystems in this process take its store
     options, and the bucket of each path is probed (``{flag: path}``; ``writes`` must take a
     write). Returns the options as a dictionary, for worker processes."""
-    from .fs import beam_filesystems
+    from apache_beam.io.filesystems import FileSystems
 
     options = options_of(args)
-    beam_filesystems().set_options(options)
+    FileSystems.set_options(options)
     for what, path in reads.items():
         check(str(path), what, options)
     for what, path in (writes or {}).items():
@@ -223,9 +223,9 @@ def _check_gcs(bucket: str, key: str, options: PipelineOptions, write: bool) -> 
 def check(path: str, what: str, options: PipelineOptions, write: bool = False) -> None:
     """Nothing for a local path; for a bucket path, one error line when the bucket cannot be
     reached, does not exist, refuses these credentials, or (``write``) refuses a write below ``path``."""
-    from .fs import beam_filesystems
+    from apache_beam.io.filesystems import FileSystems
 
-    scheme = beam_filesystems().get_scheme(path)
+    scheme = FileSystems.get_scheme(path)
     if scheme not in ("s3", "gs"):
         return
     bucket, key = bucket_and_key(path)
