@@ -287,6 +287,21 @@ def test_the_runner_names_resolve_to_our_runners():
     assert make_runner(pipeline_options("PortableRunner", ["--job_endpoint=embed"])) is None
 
 
+def test_spark_keeps_its_sdk_workers_between_tasks_unless_told_otherwise():
+    """SparkRunner gets ``--environment_cache_millis`` (Beam's 0 starts an SDK worker per task);
+    a value the user gives wins, and no other runner gets one."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    from pipeline.runners.options import SPARK_ENVIRONMENT_CACHE_MS, engine_defaults
+
+    def cache(runner: str, flags: list[str]) -> int:
+        return int(PortableOptions(engine_defaults(runner, flags)).environment_cache_millis)
+
+    assert cache("SparkRunner", []) == SPARK_ENVIRONMENT_CACHE_MS > 0
+    assert cache("SparkRunner", ["--environment_cache_millis=0"]) == 0
+    assert cache("FlinkRunner", []) == cache("DirectRunner", []) == 0
+
+
 def test_options_import_dask_only_for_its_runner_or_flags():
     """Checking a DirectRunner run's flags does not import Dask (about a second of every run);
     the DaskRunner's own flags are still known, and still checked, with any runner."""

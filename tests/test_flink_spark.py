@@ -64,12 +64,16 @@ def test_flink_session_cluster_with_two_sdk_workers_writes_the_direct_runner_byt
 
 
 def test_spark_standalone_cluster_with_two_sdk_workers_writes_the_direct_runner_bytes(planted, pool, tmp_path):
+    """Also: the executor keeps its two SDK workers for the whole run (Beam's default starts a new
+    one for every task: about 20 here, each importing the steps and loading their models)."""
+    before = pool.started()
     with clusters.SparkCluster(tmp_path / "spark", cores=2) as spark, Watch(pool) as watch:
         digests = run(planted["config"], tmp_path / "out", *clusters.flags("SparkRunner", spark, pool, workers=2))
         [app] = spark.applications()
         assert app["state"] == "FINISHED" and app["cores"] == 2
     assert digests == planted["reference"]
     assert watch.most >= 2, f"at most {watch.most} SDK worker process(es) at a time"
+    assert pool.started() - before == 2, f"{pool.started() - before} SDK workers started for one run"
 
 
 @pytest.mark.slow
@@ -126,4 +130,26 @@ def test_flink_survives_a_killed_sdk_worker(planted, tmp_path):
             digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
         assert watch.acted, "the job ended before an SDK worker could be killed"
         assert restarts(flink), "the job was not restarted"
+    assert digests == planted["reference"]
+
+
+@pytest.mark.slow
+def test_spark_survives_a_killed_sdk_worker_when_workers_are_not_kept(planted, tmp_path):
+    """With ``--environment_cache_millis=0`` (Beam's default: an SDK worker per task), one SDK worker
+    SIGKILLed mid-task fails only that task; Spark retries it with a new SDK worker and the output is
+    the undisturbed run's. (With the executor's SDK workers kept, our default, a dead one fails the
+    tasks given to it until the job fails: README, "Spark".)"""
+    import psutil
+
+    def ready(pids: list[int]) -> bool:
+        try:
+            return any(time.time() - psutil.Process(pid).create_time() > 4 for pid in pids)
+        except psutil.Error:
+            return False
+
+    with clusters.SparkCluster(tmp_path / "spark", cores=2) as spark, clusters.WorkerPool(tmp_path / "pool") as pool:
+        with Watch(pool, ready, lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
+            digests = run(planted["config"], tmp_path / "out", *clusters.flags("SparkRunner", spark, pool, workers=2),
+                          "--environment_cache_millis=0")
+        assert watch.acted, "the job ended before an SDK worker could be killed"
     assert digests == planted["reference"]

@@ -212,6 +212,10 @@ class WorkerPool(_Processes):
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def started(self) -> int:
+        """How many SDK worker processes the pool has started so far (its log names each)."""
+        return (self.root / "worker-pool.out").read_text(errors="replace").count("Starting worker with command")
+
     def workers(self) -> list[int]:
         """The SDK worker processes the pool has running now (their pids)."""
         import psutil
