@@ -123,6 +123,7 @@ class FlinkCluster(_Processes):
         self.rest_port = free_port()
         self.conf = root / "conf"
         self.conf.mkdir(exist_ok=True)
+        (root / "tmp").mkdir(exist_ok=True)
         settings = {
             "jobmanager.rpc.address": "127.0.0.1", "jobmanager.bind-host": "127.0.0.1",
             "jobmanager.rpc.port": free_port(), "blob.server.port": free_port(),
@@ -133,6 +134,8 @@ class FlinkCluster(_Processes):
             "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 5,
             "restart-strategy.fixed-delay.delay": "2 s",
             "heartbeat.timeout": 10000, "heartbeat.interval": 2000,  # a killed TaskManager is noticed in seconds
+            # working folders (a TaskManager's holds the job's 150 MB of jars) under root, not left in /tmp
+            "io.tmp.dirs": root / "tmp", "web.tmpdir": root / "tmp",
         }
         (self.conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
         (self.conf / "log4j.properties").write_text(LOG4J)
