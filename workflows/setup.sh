@@ -115,7 +115,7 @@ fetch_reference() {
 
 build_job_servers() {
   # Beam's Flink and Spark job servers: `mvn package` in java/ (Maven's own cache, ~/.m2, keeps the
-  # 400 MB of dependencies), copied with their lib/ into a cache folder named by the poms' digest.
+  # 400 MB of dependencies), each one shaded JAR, copied into a cache folder named by the poms' digest.
   local digest; digest=$(cat java/pom.xml java/*/pom.xml | sha1sum | cut -c1-12)
   local dest="$CACHE/beam-job-servers-$digest"
   if [[ -f "$dest/flink/flink-job-server.jar" && -f "$dest/spark/spark-job-server.jar" ]]; then
@@ -129,7 +129,7 @@ build_job_servers() {
       { tail -40 "$CACHE/mvn.log" >&2; echo "[setup] error: mvn package in java/ failed (log above)" >&2; exit 1; }
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
     for name in flink spark; do
-      mkdir -p "$dest.tmp/$name" && cp -r "java/$name-job-server/target/$name-job-server.jar" "java/$name-job-server/target/lib" "$dest.tmp/$name/"
+      mkdir -p "$dest.tmp/$name" && cp "java/$name-job-server/target/$name-job-server.jar" "$dest.tmp/$name/"
     done
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
   fi
