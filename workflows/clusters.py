@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import os
 import signal
 import socket
@@ -264,7 +265,7 @@ def main() -> int:
     pool = WorkerPool(root)
     runner = "FlinkRunner" if args.engine == "flink" else "SparkRunner"
     print(f"{args.engine} on 127.0.0.1, logs in {root}; run with:\n  .venv/bin/python -m pipeline run ... "
-          f"{' '.join(flags(runner, cluster, pool, args.slots))}\nCtrl-C stops it.", flush=True)
+          f"{shlex.join(flags(runner, cluster, pool, args.slots))}\nCtrl-C stops it.", flush=True)
     try:
         signal.pause()
     except KeyboardInterrupt:
