@@ -410,6 +410,8 @@ def test_local_cluster_listens_on_loopback_only():
     (["--runner", "SparkRunner", "--spark_job_server_jar", "https://example.invalid/spark-job-server.jar"],
      "would be downloaded from https://example.invalid/spark-job-server.jar: run workflows/setup.sh"),
     (["--runner", "FlinkRunner", "--flink_version", "1.18"], "--flink_version: invalid choice: '1.18'"),
+    (["--runner", "SparkRunner", "--environment_cache_millis=a minute"],
+     "--environment_cache_millis: expected milliseconds (a whole number, 0 or more), got 'a minute'"),
     (["--runner", "FlinkRunner", "--job_server_java_launcher", "no-such-java"], "'no-such-java' is not on PATH"),
     pytest.param(["--runner", "FlinkRunner", "--flink_version", "2.0"], "the job server set-up built", marks=BUILT),
     pytest.param(["--runner", "FlinkRunner", "--flink_master", f"127.0.0.1:{free_port()}"],

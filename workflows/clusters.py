@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import os
+import shlex
 import signal
 import socket
 import subprocess

@@ -187,7 +187,11 @@ def check_engine(options: PipelineOptions) -> None:
         check_options(options)
     if runner in (*DASK_NAMES, "DataflowRunner"):
         check_buckets(options)
-    endpoint = options.view_as(PortableOptions).job_endpoint
+    portable = options.view_as(PortableOptions)
+    endpoint = portable.job_endpoint
+    if not str(portable.environment_cache_millis).isdigit():  # Beam takes any string; the job server fails on it
+        raise UserError(f"--environment_cache_millis: expected milliseconds (a whole number, 0 or more), "
+                        f"got {portable.environment_cache_millis!r}")
     if runner == "PortableRunner" and not endpoint:
         raise UserError("--runner PortableRunner needs --job_endpoint: the address of a running job service "
                         "(a Flink or Spark job server, host:8099), or 'embed' for Beam's own in this process")
