@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.steps.base import Drop
 from pipeline.util.errors import UserError
-from pipeline.steps.lid import LanguageIdentifier, LidConfig, default_model_path
+from pipeline.steps.lid import LanguageIdentifier, LidConfig, default_model_path, round_like_numpy
 
 LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
 
@@ -91,3 +92,25 @@ def test_broken_models_are_found_before_the_job(tmp_path):
         with pytest.raises(UserError, match=message):
             check_model(str(tmp_path / name))
     assert check_model(None) == default_model_path()
+
+
+def test_predict_equals_fasttexts_public_predict_and_numpys_round(lid, sample):
+    """The binding called directly gives what ``FastText.predict`` and CCNet's ``np.round`` give."""
+    steps = {digits: LanguageIdentifier(LidConfig(score_digits=digits)) for digits in (0, 2, 4, 17)}
+    for step in steps.values():
+        step._model = lid.model
+    for lang in LANGS:
+        for line in real_lines(sample, lang, 10):
+            labels, scores = lid.model.predict(line, k=1)
+            for digits, step in steps.items():
+                ours = step.predict(line)
+                assert ours == (labels[0].removeprefix("__label__"), min(float(scores[0]), 1.0),
+                                float(np.round(scores, digits)[0]))
+
+
+def test_round_like_numpy_on_halves_and_random_scores():
+    rng = np.random.default_rng(0)
+    values = [*rng.random(20_000), *(k / 2000 for k in range(2001)), *(k / 20 + 0.005 for k in range(20)),
+              0.125, 0.375, 1.0000001, 0.9999969, 0.0]
+    for digits in (0, 1, 2, 3, 4, 6, 17):
+        assert [round_like_numpy(v, digits) for v in values] == [float(np.round(v, digits)) for v in values]

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..output import fs
 from .base import Document, Drop, RunInfo, Step, StepResult
@@ -71,6 +70,15 @@ def check_model(path: str | None) -> str:
         how = f"killed by signal {-check.returncode}" if check.returncode < 0 else (check.stderr.strip().splitlines() or ["?"])[-1]
         raise UserError(f"lid.model {path}: fastText cannot load it, the file is truncated or corrupt ({how})")
     return path
+
+
+def round_like_numpy(value: float, digits: int) -> float:
+    """``float(np.round(value, digits))`` for ``digits >= 0`` without numpy's per-call overhead:
+    numpy multiplies by ``10.0 ** digits``, rounds half to even (``rint``) and divides back; Python's
+    ``round`` of a float to an int rounds half to even exactly, and that int is exact as a float
+    (below 2**53, or the product itself when it is larger)."""
+    scale = 10.0 ** digits
+    return round(value * scale) / scale
 
 
 @dataclasses.dataclass
@@ -138,10 +146,13 @@ class LanguageIdentifier(Step):
 
     def predict(self, text: str) -> tuple[str, float, float]:
         """The top label, its score (at most 1: fastText's can exceed it by a rounding error), and
-        that score rounded to ``score_digits`` as CCNet rounds it (numpy's round half to even)."""
-        labels, scores = self.model.predict(text.replace("\n", self.newline), k=1)
-        return (labels[0][len(LABEL_PREFIX):], min(float(scores[0]), 1.0),
-                float(np.round(scores, self.cfg.score_digits)[0]))
+        that score rounded to ``score_digits`` as CCNet rounds it (:func:`round_like_numpy`).
+
+        fastText's own binding is called as its ``predict`` calls it for one line (the text with a
+        line break appended), without the wrapper's check for line breaks (there are none left),
+        ``zip`` and numpy array: 10 % of this step's time on the sample's documents."""
+        [(score, label)] = self.model.f.predict(text.replace("\n", self.newline) + "\n", 1, 0.0, "strict")
+        return label[len(LABEL_PREFIX):], min(score, 1.0), round_like_numpy(score, self.cfg.score_digits)
 
     def __call__(self, doc: Document) -> StepResult:
         cfg = self.cfg
