@@ -30,6 +30,8 @@ PY = Path(sys.executable)
 COMPARED = ("stats.json", "sampling.json")
 BUILT = pytest.mark.skipif(not (PY.parent.parent / "beam-job-servers").exists(),
                            reason="Beam's job servers not built (workflows/setup.sh needs java and mvn)")
+PRISM_BUILT = pytest.mark.skipif(not (PY.parent.parent / "beam-prism" / "prism").exists(),
+                                 reason="Beam's Prism runner not built (workflows/setup.sh needs go)")
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -109,6 +111,13 @@ def test_dask_local_cluster_writes_the_direct_runner_bytes(planted, tmp_path):
 def test_portable_loopback_writes_the_direct_runner_bytes(planted, tmp_path):
     assert run(planted["config"], tmp_path, "--runner", "PortableRunner", "--job_endpoint", "embed",
                "--environment_type", "LOOPBACK") == planted["reference"]
+
+
+@PRISM_BUILT
+def test_prism_writes_the_direct_runner_bytes(planted, tmp_path, monkeypatch):
+    """Beam's Prism runner, the binary set-up built (HOME moved: no cached or downloaded copy)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert run(planted["config"], tmp_path / "out", "--runner", "PrismRunner") == planted["reference"]
 
 
 class DaskCluster:
@@ -302,6 +311,25 @@ def test_spark_keeps_its_sdk_workers_between_tasks_unless_told_otherwise():
     assert cache("FlinkRunner", []) == cache("DirectRunner", []) == 0
 
 
+def test_prism_gets_the_built_binary_and_warnings_only_unless_told_otherwise(monkeypatch, tmp_path):
+    from apache_beam.options.pipeline_options import PrismRunnerOptions
+
+    from pipeline.runners import options
+
+    def prism(flags: list[str]) -> tuple[str | None, str]:
+        view = PrismRunnerOptions(options.engine_defaults("PrismRunner", flags))
+        return view.prism_location, view.prism_log_level
+
+    built = tmp_path / "prism"
+    built.touch()
+    monkeypatch.setattr(options, "PRISM", built)
+    assert prism([]) == (str(built), "warn")
+    assert prism(["--prism_location=/my/prism", "--prism_log_level=debug"]) == ("/my/prism", "debug")
+    monkeypatch.setattr(options, "PRISM", tmp_path / "none")
+    assert prism([]) == (None, "warn")  # check_prism then refuses the run, rather than Beam downloading
+    assert "--prism_location" not in " ".join(options.engine_defaults("FlinkRunner", []))
+
+
 def test_options_import_dask_only_for_its_runner_or_flags():
     """Checking a DirectRunner run's flags does not import Dask (about a second of every run);
     the DaskRunner's own flags are still known, and still checked, with any runner."""
@@ -418,6 +446,9 @@ def test_local_cluster_listens_on_loopback_only():
                  "--flink_master (Flink's REST endpoint) 127.0.0.1:", marks=BUILT),
     pytest.param(["--runner", "SparkRunner", "--spark_master_url", f"spark://127.0.0.1:{free_port()}"],
                  "--spark_master_url (the Spark master) 127.0.0.1:", marks=BUILT),
+    (["--runner", "PrismRunner", "--prism_location=/no/such/prism"], "--prism_location /no/such/prism: no such file"),
+    (["--runner", "PrismRunner", "--prism_location=https://example.invalid/prism.zip"],
+     "Beam would download Prism from https://example.invalid/prism.zip: run workflows/setup.sh"),
     (["--runner", "DaskRunner", "--dask_frobnicate=1"], "unknown option or argument '--dask_frobnicate=1'"),
     pytest.param(["--runner", "DaskRunner", "--dask_num_workers=abc"], "--dask_num_workers: invalid int value: 'abc'", marks=pytest.mark.slow),
     pytest.param(["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1", marks=pytest.mark.slow),

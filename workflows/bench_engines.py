@@ -1,5 +1,6 @@
 """Benchmark the corpus pipeline on every engine: the same graph and input on Beam's DirectRunner,
-our DaskRunner (a LocalCluster started for the run), Beam's portable job API, and Beam's FlinkRunner
+our DaskRunner (a LocalCluster started for the run), Beam's portable job API, Beam's Prism runner
+(the binary set-up built; its one SDK worker in this process or from Beam's worker pool), and Beam's FlinkRunner
 and SparkRunner on clusters started on 127.0.0.1 for the benchmark (workflows/clusters.py: a Flink
 session cluster with 2 slots, Spark standalone clusters of 1 and 2 cores, SDK workers from Beam's
 worker pool), with 1 and 2 workers each where the engine has them.
@@ -51,6 +52,8 @@ RUNS: dict[str, tuple[str, int, Flags]] = {  # name: (engine, worker processes, 
     "DaskRunner 1 worker": ("DaskRunner", 1, ["--dask_num_workers=1"]),
     "DaskRunner 2 workers": ("DaskRunner", 2, ["--dask_num_workers=2"]),
     "PortableRunner 1 SDK worker (embed LOOPBACK)": ("PortableRunner", 1, ["--job_endpoint=embed", "--environment_type=LOOPBACK"]),
+    "PrismRunner 1 SDK worker (LOOPBACK)": ("PrismRunner", 1, []),
+    "PrismRunner 1 SDK worker process (EXTERNAL pool)": ("PrismRunner", 1, lambda c: c.pool_flags()),
     "FlinkRunner 1 SDK worker (parallelism 1)": ("FlinkRunner", 1, lambda c: c.flags("FlinkRunner", 1)),
     "FlinkRunner 2 SDK workers (parallelism 2)": ("FlinkRunner", 2, lambda c: c.flags("FlinkRunner", 2)),
     "SparkRunner 1 SDK worker (1 core)": ("SparkRunner", 1, lambda c: c.flags("SparkRunner", 1)),
@@ -69,6 +72,10 @@ class Clusters(contextlib.ExitStack):
         if key not in self.started:
             self.started[key] = self.enter_context(make(self.root / key))
         return self.started[key]
+
+    def pool_flags(self) -> list[str]:
+        """SDK workers from Beam's worker pool, for a runner with no cluster (Prism)."""
+        return ["--environment_type=EXTERNAL", f"--environment_config={self._get('pool', clusters.WorkerPool).address}"]
 
     def flags(self, engine: str, workers: int) -> list[str]:
         pool = self._get("pool", clusters.WorkerPool)

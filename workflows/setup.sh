@@ -3,7 +3,7 @@
 # by constraints.txt, the package with its dependencies, the fastText LID model file, KenLM's
 # lmplz/build_binary compiled from the kenlm source package into a cache folder, and for Beam's
 # Flink and Spark runners: their job servers assembled by Maven (java/) and the Flink and Spark
-# distributions the tests start clusters from.
+# distributions the tests start clusters from; Beam's Prism runner built with Go.
 # Everything already built is reused and said so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -136,6 +136,30 @@ build_job_servers() {
   ln -sfn "$dest" "$VENV/beam-job-servers"
 }
 
+build_prism() {
+  # Beam's Prism runner (Go), built from the Go module proxy at the installed Beam's version into a
+  # cache folder: `--runner PrismRunner` uses it where Beam would download a release from GitHub.
+  local version; version=$("$VENV/bin/python" -c "import apache_beam; print(apache_beam.__version__)")
+  local dest="$CACHE/beam-prism-$version"
+  if [[ -x "$dest/prism" ]]; then
+    say "reusing Beam's Prism runner in $dest"
+  elif ! command -v go >/dev/null; then
+    say "no go: Beam's Prism runner not built (--runner PrismRunner then needs --prism_location), its test skips"
+    return
+  else
+    # Go's module and build caches (1.4 GB for Prism) go to a folder removed after the build: the
+    # 66 MB binary is what is kept, per Beam version
+    say "building Beam's Prism runner $version with Go (about 2.5 minutes the first time)"
+    local work; work=$(mktemp -d)
+    rm -rf "$dest.tmp"
+    GOBIN="$dest.tmp" GOMODCACHE="$work/mod" GOCACHE="$work/build" GOFLAGS=-modcacherw \
+      go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$version" >"$CACHE/prism.log" 2>&1 ||
+      { tail -20 "$CACHE/prism.log" >&2; rm -rf "$work"; echo "[setup] error: building Prism failed (log above)" >&2; exit 1; }
+    rm -rf "$work" "$dest" && mv "$dest.tmp" "$dest"
+  fi
+  ln -sfn "$dest" "$VENV/beam-prism"
+}
+
 fetch_distribution() {
   # $1 name, $2 PyPI sdist (name==version) that carries it, $3 folder in the sdist, $4.. what to take
   local name=$1 sdist=$2 inner=$3; shift 3
@@ -166,6 +190,7 @@ fetch_engines() {
 setup_venv
 build_kenlm
 build_job_servers
+build_prism
 fetch_engines
 fetch_reference
 install_test_tools

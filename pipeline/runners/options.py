@@ -3,8 +3,8 @@
 The graph is the same on every engine (``beam_pipeline``); here only the runner is chosen:
 ``DirectRunner`` runs on Beam's FnApiRunner (never the Prism download; with stage inputs sent in
 pieces, ``forkserver``), ``DaskRunner`` on our
-Dask translation (``dask_runner``), anything else as Beam resolves it (PortableRunner, Flink,
-Spark, Dataflow, Prism).
+Dask translation (``dask_runner``), ``PrismRunner`` on the Prism binary set-up built with Go, anything
+else as Beam resolves it (PortableRunner, Flink, Spark, Dataflow).
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ JAR_RUNNERS = {"FlinkRunner": ("--flink_job_server_jar", "--flink_master"),
 # Beam's job servers as workflows/setup.sh assembles them (java/): Beam 2.62's, for Flink 1.19 and Spark 3
 JOB_SERVERS = Path(sys.prefix) / "beam-job-servers"
 BUILT_FLINK_VERSION = "1.19"
+# Beam's Prism runner as workflows/setup.sh builds it with Go, at the installed Beam's version
+PRISM = Path(sys.prefix) / "beam-prism" / "prism"
 SPARK_ENVIRONMENT_CACHE_MS = 60_000
 """How long a Spark executor keeps its SDK worker after a task (``--environment_cache_millis``)."""
 
@@ -94,11 +96,17 @@ def engine_defaults(runner: str, flags: list[str]) -> list[str]:
     SparkRunner also keeps each executor's SDK worker between tasks for
     :data:`SPARK_ENVIRONMENT_CACHE_MS`. Beam's default (0) closes it after every task, so each of a
     run's ~20 tasks started a new Python process that imported the steps and loaded their models
-    again: half a 1-core run's time (97 s against 45 s on 4 bench files, 23 SDK workers against 1)."""
+    again: half a 1-core run's time (97 s against 45 s on 4 bench files, 23 SDK workers against 1).
+
+    PrismRunner gets the Prism binary set-up built (:data:`PRISM`; Beam would download one from
+    GitHub) and Prism's warnings only (its default, info, logs every job's progress)."""
+    given = {flag.split("=", 1)[0] for flag in flags}
+    if runner == "PrismRunner":
+        location = [f"--prism_location={PRISM}"] if "--prism_location" not in given and PRISM.exists() else []
+        return [*flags, *location, *([] if "--prism_log_level" in given else ["--prism_log_level=warn"])]
     if runner not in JAR_RUNNERS:
         return flags
     jar_flag = JAR_RUNNERS[runner][0]
-    given = {flag.split("=", 1)[0] for flag in flags}
     extra = []
     if jar_flag not in given and "--job_endpoint" not in given:
         engine = runner.removesuffix("Runner").lower()
@@ -160,7 +168,8 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
 
     DirectRunner first tries Prism, which it downloads from GitHub: network access at run time,
     and on a machine with network a different engine than the one configured and tested here.
-    ``--runner PrismRunner`` still asks for Prism. Every FnApiRunner of this process (ours, and the
+    ``--runner PrismRunner`` asks for Prism (the binary set-up built: ``engine_defaults``). Every
+    FnApiRunner of this process (ours, and the
     one behind ``PortableRunner --job_endpoint embed``) sends stage inputs in pieces (``forkserver``).
     """
     forkserver.install(options)
@@ -199,6 +208,22 @@ def check_engine(options: PipelineOptions) -> None:
         check_reachable(endpoint, "--job_endpoint (the job service)")
     if runner in JAR_RUNNERS and not endpoint:
         check_job_server(runner, options)
+    if runner == "PrismRunner" and not endpoint:
+        check_prism(options)
+
+
+def check_prism(options: PipelineOptions) -> None:
+    """One line where Beam would download Prism (no ``--prism_location``, or an http(s) one) or
+    fail on a binary that is not there."""
+    from apache_beam.options.pipeline_options import PrismRunnerOptions
+
+    location = options.view_as(PrismRunnerOptions).prism_location
+    if not location or location.startswith(("http://", "https://")):
+        raise UserError(f"--runner PrismRunner: Beam would download Prism from {location or 'GitHub'}: run "
+                        f"workflows/setup.sh (it builds Prism with Go into {PRISM}) or pass --prism_location=PATH "
+                        f"to a prism binary (`go install github.com/apache/beam/sdks/v2/go/cmd/prism@v<Beam version>`)")
+    if "://" not in location and not os.path.isfile(location):
+        raise UserError(f"--prism_location {location}: no such file")
 
 
 def check_job_server(runner: str, options: PipelineOptions) -> None:
