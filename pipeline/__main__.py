@@ -230,9 +230,9 @@ def build_parser(store_options: bool = True) -> argparse.ArgumentParser:
 
 def _quiet_beam(record: logging.LogRecord) -> bool:
     """Hide the local Beam workers' start-up warnings relayed by the job service (errors still show),
-    and the warning Beam logs when it stops a job server it started (Prism, Flink's, Spark's) at exit."""
+    and the warnings Beam logs when it starts and stops a job server (Prism, Flink's, Spark's)."""
     if record.name == "apache_beam.utils.subprocess_server":
-        return not record.getMessage().startswith("Really destroying service")
+        return not record.getMessage().startswith(("Really starting service", "Really destroying service"))
     return not (record.name == "apache_beam.runners.portability.local_job_service" and record.levelno < logging.ERROR)
 
 
