@@ -140,3 +140,45 @@ def test_every_built_in_step_declares_the_contract():
         assert (cls.transform is None) == (cls.__call__ is not Step.__call__), name  # global steps run as a composite
         for module in cls.worker_modules:  # the fork server skips a module it cannot import, silently
             assert importlib.util.find_spec(module) is not None, f"{name}: worker module {module!r} is not installed"
+
+
+def test_a_step_takes_each_chunk_in_its_order_key_and_the_results_do_not_change():
+    """ApplyStep sorts each chunk by the step's ``order_key`` (stable): LID sees real lines of 11
+    languages grouped by script, and keeps the same documents with the same counts as in input order."""
+    import apache_beam as beam
+
+    from pipeline.steps.base import RunInfo
+    from pipeline.steps.lid import LanguageIdentifier, LidConfig, script_block
+    from pipeline.transforms.apply import ApplyStep
+
+    lines = [line for path in sorted((ROOT / "tests/data/sample/ref").glob("*.txt"))
+             for line in path.read_text(encoding="utf-8").splitlines()[:20] if len(line) > 40]
+    docs = [{"id": str(i), "text": text} for i, text in enumerate(lines[::2] + lines[1::2])]  # scripts mixed
+
+    class Seen(LanguageIdentifier):
+        def __call__(self, doc):
+            self.seen.append(doc["id"])
+            return super().__call__(doc)
+
+    def apply(order) -> tuple[list, list, list[str]]:
+        step = Seen(LidConfig(), RunInfo())
+        step.order_key, step.seen = order, []
+        fn = ApplyStep(step, chunk=64)
+        fn.declared = True
+        fn.setup()
+        fn.start_bundle()
+        out = [o for doc in docs for o in fn.process(doc)]
+        finished = list(fn.finish_bundle())
+        out += [w.value for w in finished if not isinstance(w, beam.pvalue.TaggedOutput)]
+        [counts] = [w.value.value for w in finished if isinstance(w, beam.pvalue.TaggedOutput)]
+        return sorted(out, key=lambda d: int(d["id"])), counts, step.seen
+
+    ordered, ordered_counts, seen = apply(script_block)
+    plain, plain_counts, seen_plain = apply(None)
+    assert seen_plain == [d["id"] for d in docs] != seen
+    for start in range(0, len(docs), 64):
+        blocks = [script_block(docs[int(i)]) for i in seen[start:start + 64]]
+        assert blocks == sorted(blocks)
+    assert len({script_block(d) for d in docs}) >= 5
+    assert ordered == plain and len(plain) > 100
+    assert ordered_counts == plain_counts and dict(plain_counts)[("lid", "documents_out")] == len(plain)

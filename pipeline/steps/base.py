@@ -12,7 +12,9 @@ profile's ``steps:`` list. It declares:
   (``lang`` from ``lid``): the config loader refuses an order that breaks them;
 - ``worker_modules``: the third-party modules it imports lazily (in ``setup()`` or on its first
   document, to keep the command line fast); the DirectRunner's fork server imports them once,
-  while the driver prepares, rather than every worker after it starts.
+  while the driver prepares, rather than every worker after it starts;
+- ``order_key`` (optional): a sort key for the documents of each chunk the runner hands it (LID
+  takes them grouped by script, which keeps fastText's tables in the CPU caches).
 
 Its life: ``__init__(cfg, run)`` keeps the config (cheap, no I/O); ``prepare()`` runs once on the
 driver before any work (check model files, read a cutoff table: a mistake is one
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, ClassVar, Union
+from typing import Any, Callable, ClassVar, Union
 
 Document = dict[str, Any]
 """One corpus row (DESIGN.md: id, url, date, digest, source, text, lang, ...)."""
@@ -98,6 +100,10 @@ class Step:
     reads_files: ClassVar[bool] = False
     worker_modules: ClassVar[tuple[str, ...]] = ()
     """Modules its workers import lazily (the fork server imports them before forking workers)."""
+    order_key: ClassVar[Callable[[Document], Any] | None] = None
+    """Optional: the order in which the runner hands it each chunk of documents (``sorted`` by this
+    key, stable), for a step whose cost depends on which documents came just before (what it left
+    in the CPU caches). Only the order of work changes: every output is sorted or summed."""
 
     def __init__(self, cfg: Any, run: RunInfo) -> None:
         self.cfg, self.run = cfg, run

@@ -72,6 +72,15 @@ def check_model(path: str | None) -> str:
     return path
 
 
+def script_block(doc: Document) -> int:
+    """The 128-code-point block of the first non-ASCII letter in the first 400 characters of the
+    text (0 if none): a guess at the script, in about 3 microseconds a document."""
+    for char in doc["text"][:400]:
+        if char > "\x7f" and char.isalpha():
+            return ord(char) >> 7
+    return 0
+
+
 def round_like_numpy(value: float, digits: int) -> float:
     """``float(np.round(value, digits))`` for ``digits >= 0`` without numpy's per-call overhead:
     numpy multiplies by ``10.0 ** digits``, rounds half to even (``rint``) and divides back; Python's
@@ -115,6 +124,10 @@ class LanguageIdentifier(Step):
     counters = ("below_threshold",)
     provides = ("lang", "lang_score")
     worker_modules = ("fasttext",)
+    order_key = staticmethod(script_block)
+    """fastText predicts documents of one script in a row faster (its tables stay in the CPU
+    caches): 8 % less time on the benchmark's documents in the runner's chunks of 256, sorted by
+    this key (fine-grained ABBA, faster in 19 of 23 blocks of 2,048 documents)."""
 
     def __init__(self, cfg: LidConfig, run: RunInfo = RunInfo()) -> None:
         super().__init__(cfg, run)
