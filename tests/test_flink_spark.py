@@ -56,7 +56,8 @@ class Watch(threading.Thread):
 
 
 def test_flink_session_cluster_with_two_sdk_workers_writes_the_direct_runner_bytes(planted, pool, tmp_path):
-    with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, Watch(pool) as watch:
+    relative = Path(os.path.relpath(tmp_path / "flink"))  # as `bench_engines.py --work out/...` gives it
+    with clusters.FlinkCluster(relative, slots=2) as flink, Watch(pool) as watch:
         digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
         assert flink.overview()["jobs-finished"] == 1
     assert digests == planted["reference"]
@@ -67,7 +68,7 @@ def test_spark_standalone_cluster_with_two_sdk_workers_writes_the_direct_runner_
     """Also: the executor keeps its two SDK workers for the whole run (Beam's default starts a new
     one for every task: about 20 here, each importing the steps and loading their models)."""
     before = pool.started()
-    with clusters.SparkCluster(tmp_path / "spark", cores=2) as spark, Watch(pool) as watch:
+    with clusters.SparkCluster(Path(os.path.relpath(tmp_path / "spark")), cores=2) as spark, Watch(pool) as watch:
         digests = run(planted["config"], tmp_path / "out", *clusters.flags("SparkRunner", spark, pool, workers=2))
         [app] = spark.applications()
         assert app["state"] == "FINISHED" and app["cores"] == 2

@@ -86,9 +86,9 @@ class _Processes:
     """Processes started in sessions of their own, stopped (SIGKILL to each group) by :meth:`stop`."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        self.root = root.resolve()  # the processes run in it: a relative path would not find itself
         self.procs: list[subprocess.Popen] = []
-        root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.root / f"{name}.out", "ab")
@@ -122,9 +122,9 @@ class FlinkCluster(_Processes):
     def __init__(self, root: Path, slots: int = 2, taskmanagers: int = 1, timeout: float = 120) -> None:
         super().__init__(root)
         self.rest_port = free_port()
-        self.conf = root / "conf"
+        self.conf = self.root / "conf"
         self.conf.mkdir(exist_ok=True)
-        (root / "tmp").mkdir(exist_ok=True)
+        (self.root / "tmp").mkdir(exist_ok=True)
         settings = {
             "jobmanager.rpc.address": "127.0.0.1", "jobmanager.bind-host": "127.0.0.1",
             "jobmanager.rpc.port": free_port(), "blob.server.port": free_port(),
@@ -136,7 +136,7 @@ class FlinkCluster(_Processes):
             "restart-strategy.fixed-delay.delay": "2 s",
             "heartbeat.timeout": 10000, "heartbeat.interval": 2000,  # a killed TaskManager is noticed in seconds
             # working folders (a TaskManager's holds the job's 150 MB of jars) under root, not left in /tmp
-            "io.tmp.dirs": root / "tmp", "web.tmpdir": root / "tmp",
+            "io.tmp.dirs": self.root / "tmp", "web.tmpdir": self.root / "tmp",
         }
         (self.conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
         (self.conf / "log4j.properties").write_text(LOG4J)
@@ -184,7 +184,7 @@ class SparkCluster(_Processes):
         super().__init__(root)
         self.port, self.ui_port = free_port(), free_port()
         self.env = {"SPARK_HOME": str(SPARK_HOME.resolve()), "SPARK_LOCAL_IP": "127.0.0.1",
-                    "SPARK_LOG_DIR": str(root), "SPARK_WORKER_DIR": str(root / "work"), "SPARK_NO_DAEMONIZE": "1",
+                    "SPARK_LOG_DIR": str(self.root), "SPARK_WORKER_DIR": str(self.root / "work"), "SPARK_NO_DAEMONIZE": "1",
                     "SPARK_DAEMON_JAVA_OPTS": " ".join(SMALL_JVM)}
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         master = self.start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
