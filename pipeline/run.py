@@ -21,7 +21,8 @@ from .output.shards import write_json
 from .report.corpus_report import build as build_report
 from .report.html import preload as preload_report
 from .runners import forkserver, ledger
-from .runners.options import DASK_NAMES, check_engine, cloud_error, make_runner, pipeline_options
+from .runners.options import (DASK_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
+                              pipeline_options)
 from .steps.base import Step
 from .util import faults
 from .util.errors import UserError
@@ -133,6 +134,7 @@ def task_folder(options: PipelineOptions, run_id: str) -> str:
 def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
     """Every bucket the run reads or writes answers, exists and takes these credentials (the
     output's takes a write), before any work: one error line naming the path otherwise."""
+    check_relative_paths([("output", cfg.output), *(("input", pattern) for pattern in cfg.input)], options)
     for pattern in cfg.input:
         stores.check(pattern, "input", options)
     stores.check(cfg.output, "output", options, write=True)
@@ -140,6 +142,7 @@ def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
 
 def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
     """Each step's files answer on their store, then the step checks them (models, tables)."""
+    check_relative_paths([pair for step in steps for pair in step.store_paths().items()], options)
     for step in steps:
         for what, path in step.store_paths().items():
             stores.check(path, what, options)

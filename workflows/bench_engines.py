@@ -155,7 +155,7 @@ def main() -> None:
         parser.error(f"--runs: unknown {unknown} or no {BASELINE!r}; known: {', '.join(RUNS)}")
     if any(RUNS[n][0] in ("FlinkRunner", "SparkRunner") for n in names) and (why := clusters.missing()):
         parser.error(f"Flink/Spark runs: {why}; leave them out with --runs")
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # Flink's and Spark's SDK workers run in other folders
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     n_docs = sum(1 for p in inputs for r in ArchiveIterator(open(p, "rb")) if r.rec_type == "conversion")
     sets = ["progress=false", "write.shard_size_mb=64", "steps=[dedup, lid, perplexity]", "write.removed=false", "beam_options=[]"]

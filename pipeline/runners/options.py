@@ -212,6 +212,20 @@ def check_engine(options: PipelineOptions) -> None:
         check_prism(options)
 
 
+def check_relative_paths(paths: list[tuple[str, str]], options: PipelineOptions) -> None:
+    """One line for a relative local path when the SDK workers do not run in this process's folder
+    (Flink's and Spark's executors, Dataflow, an EXTERNAL, PROCESS or DOCKER environment): each
+    would resolve it in its own, read nothing there and write the corpus somewhere else."""
+    runner = options.get_all_options()["runner"]
+    environment = options.view_as(PortableOptions).environment_type or ""
+    if runner not in (*JAR_RUNNERS, "DataflowRunner") and environment.upper() not in ("EXTERNAL", "PROCESS", "DOCKER"):
+        return
+    for what, path in paths:
+        if "://" not in path and not os.path.isabs(path):
+            raise UserError(f"{what} {path}: a relative path, which each SDK worker of --runner {runner} would resolve "
+                            f"in its own working folder: give it as {os.path.abspath(path)}")
+
+
 def check_prism(options: PipelineOptions) -> None:
     """One line where Beam would download Prism (no ``--prism_location``, or an http(s) one) or
     fail on a binary that is not there."""
