@@ -99,11 +99,15 @@ def engine_defaults(runner: str, flags: list[str]) -> list[str]:
     again: half a 1-core run's time (97 s against 45 s on 4 bench files, 23 SDK workers against 1).
 
     PrismRunner gets the Prism binary set-up built (:data:`PRISM`; Beam would download one from
-    GitHub) and Prism's warnings only (its default, info, logs every job's progress)."""
+    GitHub), Prism's warnings only (its default, info, logs every job's progress), and a Prism
+    server of its own: Beam keeps one per process, made with the options of the first run that
+    asked, and Beam's own DirectRunner asks first (with no location) wherever a Beam pipeline
+    ran on it before in the same process."""
     given = {flag.split("=", 1)[0] for flag in flags}
     if runner == "PrismRunner":
         location = [f"--prism_location={PRISM}"] if "--prism_location" not in given and PRISM.exists() else []
-        return [*flags, *location, *([] if "--prism_log_level" in given else ["--prism_log_level=warn"])]
+        return [*flags, *location, *([] if "--prism_log_level" in given else ["--prism_log_level=warn"]),
+                "--experiments=disable_prism_server_singleton"]
     if runner not in JAR_RUNNERS:
         return flags
     jar_flag = JAR_RUNNERS[runner][0]
