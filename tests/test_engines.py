@@ -422,7 +422,8 @@ def test_local_cluster_listens_on_loopback_only():
     from pipeline.runners.dask_runner import local_cluster
 
     me = psutil.Process()
-    before = {c.laddr for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    before = {c.laddr for p in [me, *me.children(recursive=True)]  # and what earlier tests left (Prism's server)
+              for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
     cluster = local_cluster(2)
     try:
         procs = [me, *me.children(recursive=True)]
