@@ -455,6 +455,7 @@ def test_local_cluster_listens_on_loopback_only():
     pytest.param(["--runner", "SparkRunner", "--spark_master_url", f"spark://127.0.0.1:{free_port()}"],
                  "--spark_master_url (the Spark master) 127.0.0.1:", marks=BUILT),
     (["--runner", "PrismRunner", "--prism_location=/no/such/prism"], "--prism_location /no/such/prism: no such file"),
+    (["--runner", "PrismRunner", "--prism_location=/etc/hostname"], "--prism_location /etc/hostname: cannot run it as a program"),
     (["--runner", "PrismRunner", "--prism_location=https://example.invalid/prism.zip"],
      "Beam would download Prism from https://example.invalid/prism.zip: run workflows/setup.sh"),
     (["--runner", "PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",

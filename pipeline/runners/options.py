@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -242,6 +243,12 @@ def check_prism(options: PipelineOptions) -> None:
                         f"to a prism binary (`go install github.com/apache/beam/sdks/v2/go/cmd/prism@v<Beam version>`)")
     if "://" not in location and not os.path.isfile(location):
         raise UserError(f"--prism_location {location}: no such file")
+    if "://" not in location and not location.endswith(".zip"):  # a binary that cannot run: Beam's traceback otherwise
+        try:
+            subprocess.run([location, "--help"], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UserError(f"--prism_location {location}: cannot run it as a program "
+                            f"({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def check_job_server(runner: str, options: PipelineOptions) -> None:
