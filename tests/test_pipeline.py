@@ -202,7 +202,9 @@ class Odd(Step):
 def test_apply_step_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
     from pipeline.transforms.apply import REMOVED, ApplyStep
 
-    fn = ApplyStep(Odd(RunInfo(write_removed=True)), chunk=3)
+    step = Odd(RunInfo(write_removed=True))
+    step.chunk_docs = 3
+    fn = ApplyStep(step)
     Counted(fn)  # declares the counts output
     fn.setup()
     fn.start_bundle()
@@ -232,7 +234,9 @@ def test_counts_travel_as_data_and_an_undeclared_counting_step_fails():
 
     with beam.Pipeline("DirectRunner") as p:
         docs = p | beam.Create([{"id": 2 * i} for i in range(10)])
-        _ = docs | "Step" >> Counted(ApplyStep(Odd(), chunk=4))
+        step = Odd()
+        step.chunk_docs = 4
+        _ = docs | "Step" >> Counted(ApplyStep(step))
         assert_that(total_counts(p), equal_to([{"odd": {"documents_out": 10, "seen": 10}}]))
     with pytest.raises(Exception, match="applied without Counted"):
         with beam.Pipeline("DirectRunner") as p:

@@ -162,8 +162,8 @@ def test_a_step_takes_each_chunk_in_its_order_key_and_the_results_do_not_change(
 
     def apply(order) -> tuple[list, list, list[str]]:
         step = Seen(LidConfig(), RunInfo())
-        step.order_key, step.seen = order, []
-        fn = ApplyStep(step, chunk=64)
+        step.order_key, step.seen, step.chunk_docs = order, [], 64
+        fn = ApplyStep(step)
         fn.declared = True
         fn.setup()
         fn.start_bundle()

@@ -8,10 +8,9 @@ from typing import Any, Iterable, Iterator, TypeVar
 
 from ..config import ReadConfig
 from ..output import fs
-from ..steps.base import Rejected
+from ..steps.base import CHUNK_DOCS, Rejected
 from .warc import RecordReader
 
-CHUNK_DOCS = 256  # records one step parses in a row (see read_ahead)
 T = TypeVar("T")
 
 

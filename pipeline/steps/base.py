@@ -14,7 +14,8 @@ profile's ``steps:`` list. It declares:
   document, to keep the command line fast); the DirectRunner's fork server imports them once,
   while the driver prepares, rather than every worker after it starts;
 - ``order_key`` (optional): a sort key for the documents of each chunk the runner hands it (LID
-  takes them grouped by script, which keeps fastText's tables in the CPU caches).
+  takes them grouped by script, which keeps fastText's tables in the CPU caches), and
+  ``chunk_docs``: how many documents a chunk holds (:data:`CHUNK_DOCS` unless the step says).
 
 Its life: ``__init__(cfg, run)`` keeps the config (cheap, no I/O); ``prepare()`` runs once on the
 driver before any work (check model files, read a cutoff table: a mistake is one
@@ -35,6 +36,9 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from typing import Any, Callable, ClassVar, Union
+
+CHUNK_DOCS = 256
+"""Documents a step takes in a row by default (the runner's chunks; the reader's too)."""
 
 Document = dict[str, Any]
 """One corpus row (DESIGN.md: id, url, date, digest, source, text, lang, ...)."""
@@ -104,6 +108,9 @@ class Step:
     """Optional: the order in which the runner hands it each chunk of documents (``sorted`` by this
     key, stable), for a step whose cost depends on which documents came just before (what it left
     in the CPU caches). Only the order of work changes: every output is sorted or summed."""
+    chunk_docs: ClassVar[int] = CHUNK_DOCS
+    """Documents per chunk (the rest of a bundle at its end): larger for a step with an
+    ``order_key``, whose runs of alike documents grow with it."""
 
     def __init__(self, cfg: Any, run: RunInfo) -> None:
         self.cfg, self.run = cfg, run

@@ -7,7 +7,6 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from ..readers.files import CHUNK_DOCS
 from ..steps.base import Document, Drop, Step
 from .counting import CountingDoFn
 
@@ -24,16 +23,16 @@ class ApplyStep(CountingDoFn):
     """Runs a per-document step; drops become counters (``reason`` and ``reason/<lang>``), kept
     documents ``documents_out``; the step's own counts are added once per chunk.
 
-    Documents are taken ``chunk`` at a time (the rest at the end of the bundle), so fused steps
+    Documents are taken ``step.chunk_docs`` at a time (the rest at the end of the bundle), so fused steps
     run a whole chunk each in a row instead of taking turns per document and evicting each
     other's working set from the CPU caches: parsing then fastText costs about 20 % less CPU
     this way, fastText then KenLM about 10 % less (measured on the benchmark's WET files). A step
     with an ``order_key`` takes each chunk in that order.
     """
 
-    def __init__(self, step: Step, chunk: int = CHUNK_DOCS) -> None:
+    def __init__(self, step: Step) -> None:
         super().__init__(step.name)
-        self.applied, self.chunk = step, chunk
+        self.applied, self.chunk = step, step.chunk_docs
         self.write_removed = step.run.write_removed
         self.waiting: list[Document] = []
 
