@@ -28,8 +28,8 @@ from .transforms.write import AsTables, WriteCorpus, WriteRecords
 INPUT_LABEL = "Files"  # the Create of the input files (their index and path)
 
 
-def run_info(cfg: CorpusConfig, n_files: int) -> RunInfo:
-    return RunInfo(n_files, cfg.write.removed, cfg.progress)
+def run_info(cfg: CorpusConfig, n_files: int, scratch: str = "") -> RunInfo:
+    return RunInfo(n_files, cfg.write.removed, cfg.progress, scratch)
 
 
 def build_steps(cfg: CorpusConfig, n_files: int) -> list[Step]:
@@ -54,10 +54,11 @@ def bucket_cutoffs(steps: list[Step]) -> dict[str, dict[str, float]]:
     return {}
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps: list[Step]) -> None:
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps: list[Step],
+                   scratch: str = "") -> None:
     """Add the whole corpus graph for ``files`` to pipeline ``p``, running ``steps`` (from
-    :func:`build_steps`, prepared) in order."""
-    run = run_info(cfg, len(files))
+    :func:`build_steps`, prepared) in order; ``scratch``: see ``RunInfo.scratch``."""
+    run = run_info(cfg, len(files), scratch)
     indexed = p | INPUT_LABEL >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
     first = steps[0] if steps and steps[0].reads_files else None
     read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))

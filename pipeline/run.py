@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import shutil
 import tempfile
 import time
 import uuid
@@ -193,7 +194,9 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
-    build_pipeline(pipeline, cfg, list(files), steps)
+    local = cfg.runner == "DirectRunner" and not build_only  # every worker on this machine
+    scratch = tempfile.mkdtemp(prefix="polyglot-scratch-") if local else ""
+    build_pipeline(pipeline, cfg, list(files), steps, scratch)
     if not build_only:
         preload_report()
     try:
@@ -213,6 +216,9 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         if error is not None:
             raise error from None
         raise
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)

@@ -90,6 +90,9 @@ class RunInfo:
     """``write.removed``: dropped documents go to ``removed/<step>/``."""
     progress: bool = False
     """Print a line per input file as it is read."""
+    scratch: str = ""
+    """A folder on the driver's machine for the run's temporary files, where every worker runs on
+    that machine (the DirectRunner); empty elsewhere."""
 
 
 class Step:

@@ -1,6 +1,7 @@
 """The ``dedup`` step: exact paragraph dedup, CCNet style: a hash pass over the files, then a dedup pass.
 
-As in CCNet, every file is read twice. The hash pass turns each file into a table of paragraph
+As in CCNet, every file is read twice (on the DirectRunner the second read loads what the first
+spilled to this machine's disk, ``readers.spill``). The hash pass turns each file into a table of paragraph
 occurrences ``(hash, document ordinal, line)``; the hash space is cut into partitions, and the
 Beam stage groups every file's slice of a partition under one key, so each partition's
 duplicates are found with a sort over that partition only (keyed aggregation: no global set,

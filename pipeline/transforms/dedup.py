@@ -11,6 +11,7 @@ import apache_beam as beam
 
 from ..config import ReadConfig
 from ..output.layout import REJECTED
+from ..readers import spill
 from ..readers.files import read_ahead, read_file
 from ..steps import dedup
 from ..steps.base import Drop, Note, Rejected, RunInfo
@@ -20,15 +21,19 @@ from .counting import Counted, CountingDoFn
 
 
 class HashFile(beam.DoFn):
-    """Dedup pass 1: (file index, path) -> ((group, partition), (file index, paragraph occurrences))."""
+    """Dedup pass 1: (file index, path) -> ((group, partition), (file index, paragraph occurrences));
+    with a scratch folder, what it read is spilled there for pass 2 (``readers.spill``)."""
 
-    def __init__(self, cfg: ReadConfig, partitions: int, group_files: float) -> None:
-        self.cfg, self.partitions, self.group_files = cfg, partitions, group_files
+    def __init__(self, cfg: ReadConfig, partitions: int, group_files: float, scratch: str) -> None:
+        self.cfg, self.partitions, self.group_files, self.scratch = cfg, partitions, group_files, scratch
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[tuple[int, int], tuple[int, dedup.Occurrences]]]:
         index, path = item
         group = dedup.group_of(index, self.group_files)
-        docs = (r for r in read_ahead(read_file(path, self.cfg)) if isinstance(r, dict))
+        results = read_file(path, self.cfg)
+        if self.scratch:
+            results = spill.keeping(self.scratch, index, results)
+        docs = (r for r in read_ahead(results) if isinstance(r, dict))
         for part, table in dedup.Occurrences.of(docs).partitions(self.partitions):
             yield (group, part), (index, table)
 
@@ -37,7 +42,8 @@ class ReadFiles(CountingDoFn):
     """Dedup pass 2 (or the only read): documents without their duplicate paragraphs.
 
     Takes ``(file index, {"path": [path], "removed": [(ordinals, lines), ...]})``; rejected
-    records go to the ``rejected`` output.
+    records go to the ``rejected`` output. What pass 1 spilled for the file, where it did, is
+    taken instead of reading the file again.
     """
 
     def __init__(self, cfg: ReadConfig, dedup_cfg: DedupConfig | None, run: RunInfo) -> None:
@@ -50,7 +56,8 @@ class ReadFiles(CountingDoFn):
         removed = dedup.removal_index(grouped["duplicates"])
         read: Counter[str] = Counter()  # counted once per file: the read step sees every record
         deduped: Counter[str] = Counter()
-        for result in read_file(path, self.cfg):
+        spilled = spill.take(self.run.scratch, index) if self.run.scratch else None
+        for result in read_file(path, self.cfg) if spilled is None else spilled:
             if isinstance(result, Rejected):
                 read[f"rejected_{result.reason}"] += 1
                 yield beam.pvalue.TaggedOutput(REJECTED, result)
@@ -101,7 +108,8 @@ class ReadAndDedup(beam.PTransform):
             partitions = cfg.partitions or dedup.auto_partitions(n_files)
             duplicates = (
                 files
-                | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, cfg.group_files))
+                | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, cfg.group_files,
+                                                         self.run.scratch))
                 | "GroupByPartition" >> beam.GroupByKey()
                 | "FindDuplicates" >> beam.FlatMap(lambda kv: dedup.duplicates(kv[1], policy).items())
             )

@@ -1,0 +1,109 @@
+"""The dedup's first pass keeps what it read on this machine's disk for the second (``readers.spill``):
+the same results back, in order; nothing left behind; no spill without room; the run reads each
+file once and writes the bytes it writes when it reads every file twice."""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+import pytest
+from test_pipeline import inputs, run_cli  # noqa: F401  (the fixture: sample files and bad records)
+
+from pipeline.readers import spill
+from pipeline.readers.files import read_file
+from pipeline.config import ReadConfig
+from pipeline.steps.base import Drop, Note, Rejected
+from pipeline.util.errors import UserError
+
+RESULTS = [{"id": "<urn:1>", "text": "a\nb", "title": None, "nlines": 2}, Drop("skipped_warcinfo"),
+           Note("http_chunking_broken"), Rejected("x.warc.gz", 17, "not_utf8", "byte 3", "<urn:2>", "WARC/1.0"),
+           *({"id": f"<urn:{i}>", "text": "é" * i, "length": i} for i in range(3, 600))]
+
+
+def spilled(folder: Path, results=RESULTS, index: int = 4) -> list:
+    return list(spill.keeping(str(folder), index, iter(results)))
+
+
+def test_a_spill_gives_back_every_result_in_order_and_is_gone_once_taken(tmp_path):
+    assert spilled(tmp_path) == RESULTS  # passed on unchanged while written
+    assert [p.name for p in tmp_path.iterdir()] == ["000004.spill"]
+    taken = spill.take(str(tmp_path), 4)
+    assert list(tmp_path.iterdir()) == []  # deleted as it is opened: a retried bundle reads the file again
+    assert list(taken) == RESULTS and [type(r) for r in RESULTS[:4]] == [dict, Drop, Note, Rejected]
+    assert spill.take(str(tmp_path), 4) is None and spill.take(str(tmp_path), 5) is None
+
+
+def test_the_real_reader_results_round_trip(sample, tmp_path):
+    path = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    read = list(read_file(path, ReadConfig()))
+    assert spilled(tmp_path, read, 0) == read and list(spill.take(str(tmp_path), 0)) == read and len(read) > 100
+
+
+def test_no_spill_without_room_past_its_budget_or_when_the_disk_fills(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "SPARE_BYTES", 2**62)  # no disk has that much free
+    assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(spill, "_budget", lambda scratch: 1000)  # the first frame is past it
+    assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+
+    class Full:
+        def __init__(self, path, mode):
+            self.file = open(path, mode)
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            self.file.close()
+
+    monkeypatch.setattr(spill, "_budget", lambda scratch: 2**40)
+    monkeypatch.setattr(spill, "open", Full, raising=False)
+    assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_stopped_early_leaves_nothing(tmp_path):
+    stream = spill.keeping(str(tmp_path), 0, iter(RESULTS))
+    assert next(stream) == RESULTS[0] and len(list(tmp_path.iterdir())) == 1  # the temporary file
+    stream.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spill_cut_short_is_one_error_naming_it(tmp_path):
+    spilled(tmp_path)
+    path = tmp_path / "000004.spill"
+    data = path.read_bytes()
+    for cut in (len(data) - 8, len(data) - 100, 5):
+        path.write_bytes(data[:cut])
+        with pytest.raises(UserError, match=f"{path}: spill cut short"):
+            list(spill.take(str(tmp_path), 4))
+
+
+def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """In-process DirectRunner on two sample files and every kind of bad record: with the spill,
+    each input file is read once (by the first pass); without it (``take`` finds none), twice;
+    shards, stats and rejected records are the same bytes, and the run's scratch folder is gone."""
+    from pipeline.transforms import dedup
+
+    reads: list[str] = []
+
+    def counted(path, cfg):
+        reads.append(path)
+        return read_file(path, cfg)
+
+    monkeypatch.setattr(dedup, "read_file", counted)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    outputs = {}
+    for name in ("spilled", "read twice"):
+        if name == "read twice":
+            monkeypatch.setattr(spill, "take", lambda scratch, index: None)
+        reads.clear()
+        out = tmp_path / name.replace(" ", "-")
+        assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(out),
+                       "--set", "beam_options=[]", "--set", "steps=[dedup, lid]") == 0
+        files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "run.json" and "report" not in p.parts)
+        outputs[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+        readable = {p for p in reads if not p.endswith("dangling.warc.wet.gz")}
+        assert len(reads) == len(set(reads)) * (1 if name == "spilled" else 2) and len(readable) == 4, reads
+        assert not list(tmp_path.glob("polyglot-scratch-*"))
+    assert outputs["spilled"] == outputs["read twice"]
+    assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5
