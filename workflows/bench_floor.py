@@ -7,7 +7,9 @@ Floor stages, each timed on its own over every document:
   * hash: CCNet's normalization and 64-bit paragraph hashes (``normalize.paragraph_hashes``,
     equal to CCNet's) of every line of every document;
   * LID: fastText ``predict`` (one batched call) on exactly the text our LID sees (after dedup,
-    newlines replaced as ``lid.newlines`` says);
+    newlines replaced as ``lid.newlines`` says), the texts first sorted by ``lid.script_block``
+    (the sort timed too): fastText is faster on texts of one script in a row, 15.0-15.8 s sorted
+    against 17.1-21.6 s in input order on the benchmark's 46,420 texts;
   * Arrow: the kept rows as one Arrow table, written as one IPC file, zstd-compressed as the
     corpus shards are (unsorted: the shards' sort for byte-identical output is left out).
 With ``--full`` the chain is the whole one (``+ near_dedup, perplexity``; SentencePiece + KenLM
@@ -43,7 +45,7 @@ from pathlib import Path
 from bench_perplexity import ensure_models
 from bench_pipeline import ROOT, SAMPLE_CONFIG, STEPS, after_dedup, bench_config, bench_sets, build_input
 from pipeline.output import shards
-from pipeline.steps.lid import LanguageIdentifier
+from pipeline.steps.lid import LanguageIdentifier, script_block
 from pipeline.steps import minhash
 from pipeline.steps.normalize import paragraph_hashes
 from pipeline.steps.perplexity import PerplexityScorer, document_perplexity
@@ -80,6 +82,7 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
     lid = LanguageIdentifier(cfg.section("lid"))
     model = lid.model
     start = time.perf_counter()
+    docs.sort(key=script_block)
     labels, scores = model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
     seconds["lid"] = time.perf_counter() - start
 
