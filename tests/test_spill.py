@@ -40,7 +40,8 @@ def test_the_real_reader_results_round_trip(sample, tmp_path):
     assert spilled(tmp_path, read, 0) == read and list(spill.take(str(tmp_path), 0)) == read and len(read) > 100
 
 
-def test_no_spill_without_room_past_its_budget_or_when_the_disk_fills(tmp_path, monkeypatch):
+def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fills(tmp_path, monkeypatch):
+    assert spilled(tmp_path / "gone") == RESULTS and list(tmp_path.iterdir()) == []  # no scratch folder
     monkeypatch.setattr(spill, "SPARE_BYTES", 2**62)  # no disk has that much free
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
     monkeypatch.setattr(spill, "_budget", lambda scratch: 1000)  # the first frame is past it

@@ -55,7 +55,10 @@ def _decode(item: Any) -> Any:
 def _budget(scratch: str) -> int:
     """Bytes one spill may take now: a quarter of the free space above the spare (several workers
     write at once)."""
-    usage = shutil.disk_usage(scratch)
+    try:
+        usage = shutil.disk_usage(scratch)
+    except OSError:  # the folder is gone (the run is ending): no spill
+        return 0
     return max(0, (usage.free - max(SPARE_BYTES, usage.total // 20)) // 4)
 
 
@@ -79,7 +82,12 @@ class _Writer:
     def __init__(self, final: str, budget: int) -> None:
         self.final, self.temporary = final, f"{final}.{os.getpid()}.tmp"
         self.budget, self.written, self.chunk = budget, 0, []
-        self.out: BinaryIO | None = open(self.temporary, "wb") if budget else None
+        self.out: BinaryIO | None = None
+        if budget:
+            try:
+                self.out = open(self.temporary, "wb")
+            except OSError:  # a scratch folder it cannot write: the second pass reads the file again
+                pass
 
     def add(self, result: Any) -> None:
         if self.out is None:
