@@ -62,6 +62,22 @@ def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fill
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
 
 
+def test_no_spill_in_memory(tmp_path, monkeypatch):
+    """A tmpfs (``/tmp`` on many machines) is memory the workers need: no spill there."""
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/vdb /tmp/disk ext4 rw 0 0\n"
+                      "ramfs /mnt/with\\040space ramfs rw 0 0\n")
+    backed = {path: spill.memory_backed(path, str(mounts)) for path in
+              ("/tmp/x", "/tmp", "/tmp/disk/x", "/tmpx", "/mnt/with space/y", "/home/a")}
+    assert backed == {"/tmp/x": True, "/tmp": True, "/tmp/disk/x": False, "/tmpx": False,
+                      "/mnt/with space/y": True, "/home/a": False}
+    assert spill.memory_backed("/tmp/x", str(tmp_path / "no-mounts")) is False
+    monkeypatch.setattr(spill, "memory_backed", lambda path: True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert spilled(scratch) == RESULTS and list(scratch.iterdir()) == []
+
+
 def test_a_reader_stopped_early_leaves_nothing(tmp_path):
     stream = spill.keeping(str(tmp_path), 0, iter(RESULTS))
     assert next(stream) == RESULTS[0] and len(list(tmp_path.iterdir())) == 1  # the temporary file

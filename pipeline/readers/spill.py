@@ -7,7 +7,8 @@ instead of parsing the file again, then deletes them. On the benchmark's 8 WET f
 documents) parsing takes 2.9-3.6 s a pass; writing and loading the spill 0.5-0.7 s together.
 
 A spill is written under a temporary name and renamed when whole, so one that is there is
-complete; none is written while the disk has less than :data:`SPARE_BYTES` (or 5 % of it) free,
+complete; none is written to a tmpfs (memory: set ``TMPDIR`` to a folder on a disk where ``/tmp``
+is one), nor while the disk has less than :data:`SPARE_BYTES` (or 5 % of it) free,
 and a writer gives up past a quarter of what was free above that. The second pass reads the input
 file again wherever there is no spill (a full disk, a retried bundle whose spill was taken): the
 same documents either way.
@@ -52,12 +53,31 @@ def _decode(item: Any) -> Any:
     return _KINDS[tag](*fields)
 
 
+def memory_backed(path: str, mounts: str = "/proc/self/mounts") -> bool:
+    """Whether ``path`` is on a tmpfs or ramfs (its nearest mount point's type; False where the
+    mount table cannot be read)."""
+    try:
+        with open(mounts) as table:
+            entries = [line.split()[1:3] for line in table]
+    except OSError:
+        return False
+    path = os.path.realpath(path)
+    best, kind = "", ""
+    for point, fstype in entries:
+        point = point.replace("\\040", " ")
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, kind = point, fstype
+    return kind in ("tmpfs", "ramfs")
+
+
 def _budget(scratch: str) -> int:
     """Bytes one spill may take now: a quarter of the free space above the spare (several workers
-    write at once)."""
+    write at once); none in memory (a tmpfs): the workers need it more than the second read does."""
     try:
         usage = shutil.disk_usage(scratch)
     except OSError:  # the folder is gone (the run is ending): no spill
+        return 0
+    if memory_backed(scratch):
         return 0
     return max(0, (usage.free - max(SPARE_BYTES, usage.total // 20)) // 4)
 
