@@ -58,6 +58,8 @@ def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fill
             self.file.close()
 
     monkeypatch.setattr(spill, "_budget", lambda scratch: 2**40)
+    odd = [*RESULTS, {"id": "<urn:odd>", "text": "x", "weights": object()}]  # a value marshal cannot write
+    assert spilled(tmp_path, odd) == odd and list(tmp_path.iterdir()) == []
     monkeypatch.setattr(spill, "open", Full, raising=False)
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
 

@@ -140,9 +140,14 @@ class _Writer:
             os.remove(self.temporary)
 
     def _flush(self) -> None:
-        if self.chunk:
-            blob = marshal.dumps(self.chunk)
-            self.chunk = []
+        if self.chunk and self.out is not None:
+            try:
+                blob = marshal.dumps(self.chunk)
+            except ValueError:  # a value marshal cannot write (a reader's new field type): no spill
+                self.abandon()
+                return
+            finally:
+                self.chunk = []
             self._write(len(blob).to_bytes(_FRAME, "little"), blob)
 
     def _write(self, *parts: bytes) -> None:
