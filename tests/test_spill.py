@@ -14,7 +14,6 @@ from pipeline.readers import spill
 from pipeline.readers.files import read_file
 from pipeline.config import ReadConfig
 from pipeline.steps.base import Drop, Note, Rejected
-from pipeline.util.errors import UserError
 
 RESULTS = [{"id": "<urn:1>", "text": "a\nb", "title": None, "nlines": 2}, Drop("skipped_warcinfo"),
            Note("http_chunking_broken"), Rejected("x.warc.gz", 17, "not_utf8", "byte 3", "<urn:2>", "WARC/1.0"),
@@ -87,14 +86,17 @@ def test_a_reader_stopped_early_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_spill_cut_short_is_one_error_naming_it(tmp_path):
+def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):
     spilled(tmp_path)
     path = tmp_path / "000004.spill"
     data = path.read_bytes()
-    for cut in (len(data) - 8, len(data) - 100, 5):
+    for cut in (len(data) - 8, len(data) - 100, 5, 0):
         path.write_bytes(data[:cut])
-        with pytest.raises(UserError, match=f"{path}: spill cut short"):
-            list(spill.take(str(tmp_path), 4))
+        assert spill.take(str(tmp_path), 4) is None and not path.exists()
+    path.write_bytes(data + b"x")  # bytes after the end mark: not what was written either
+    assert spill.take(str(tmp_path), 4) is None
+    path.write_bytes(data)
+    assert list(spill.take(str(tmp_path), 4)) == RESULTS
 
 
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch):  # noqa: F811

@@ -10,8 +10,8 @@ A spill is written under a temporary name and renamed when whole, so one that is
 complete; none is written to a tmpfs (memory: set ``TMPDIR`` to a folder on a disk where ``/tmp``
 is one), nor while the disk has less than :data:`SPARE_BYTES` (or 5 % of it) free,
 and a writer gives up past a quarter of what was free above that. The second pass reads the input
-file again wherever there is no spill (a full disk, a retried bundle whose spill was taken): the
-same documents either way.
+file again wherever there is no whole spill (a full disk, a retried bundle whose spill was taken,
+one cut short): the same documents either way.
 
 The format: frames of an 8-byte little-endian length and a ``marshal`` blob (a chunk of results;
 documents as dicts, drops, notes and rejected records as tagged tuples), ended by a zero length.
@@ -27,7 +27,6 @@ import shutil
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from ..steps.base import CHUNK_DOCS, Drop, Note, Rejected
-from ..util.errors import UserError
 
 SPARE_BYTES = 2**30
 """Free bytes a spill never takes (nor 5 % of the disk, whichever is more)."""
@@ -162,23 +161,37 @@ class _Writer:
 
 def take(scratch: str, index: int) -> Iterator[Any] | None:
     """File ``index``'s spilled results, in the order they were read, or None when there is no
-    spill. The spill is deleted as it is opened: a retried bundle reads the input file again."""
+    whole spill (none written, or one cut short: its frames do not end in the end mark at the end
+    of the file). The spill is deleted as it is opened: a retried bundle reads the input file again."""
     path = path_of(scratch, index)
     try:
         stream = open(path, "rb")
     except FileNotFoundError:
         return None
     os.remove(path)
-    return _frames(stream, path)
+    if not _whole(stream):
+        stream.close()
+        return None
+    return _frames(stream)
 
 
-def _frames(stream: BinaryIO, path: str) -> Iterator[Any]:
+def _whole(stream: BinaryIO) -> bool:
+    """Whether the frames' lengths lead from the start to an end mark that ends the file."""
+    end = os.fstat(stream.fileno()).st_size
+    position = 0
+    while position + _FRAME <= end:
+        stream.seek(position)
+        size = int.from_bytes(stream.read(_FRAME), "little")
+        position += _FRAME + size
+        if size == 0:
+            break
+    else:
+        return False
+    stream.seek(0)
+    return position == end
+
+
+def _frames(stream: BinaryIO) -> Iterator[Any]:
     with stream:
-        while size := int.from_bytes(header := stream.read(_FRAME), "little"):
-            blob = stream.read(size)
-            if len(header) < _FRAME or len(blob) < size:
-                raise UserError(f"{path}: spill cut short at byte {stream.tell()} (the disk lost it after it was "
-                                "written whole); run again")
-            yield from map(_decode, marshal.loads(blob))
-        if len(header) < _FRAME:
-            raise UserError(f"{path}: spill cut short at byte {stream.tell()} (no end mark); run again")
+        while size := int.from_bytes(stream.read(_FRAME), "little"):
+            yield from map(_decode, marshal.loads(stream.read(size)))
