@@ -1,6 +1,6 @@
 """The floor of the corpus chain on this machine: each stage of read -> exact dedup -> LID -> Arrow
-done alone, the fastest known way, on one core, summed; and ``pipeline run`` (DirectRunner, 1 and
-2 workers) on the same files in the same run, as a share of that floor.
+done alone, the fastest known way, on one core, summed; and ``pipeline run`` (DirectRunner, 1, 2 or
+more workers) on the same files in the same run, as a share of that floor.
 
 Floor stages, each timed on its own over every document:
   * read: fastwarc's iterator over the gzip WET records, bodies decoded (no headers kept);
@@ -23,13 +23,13 @@ The floor leaves out what a chain must also do: find the duplicates among the ha
 paragraphs out, band and join the near-duplicates, shard by language and write stats.
 ``pipeline run`` is the command a user types (``python -m pipeline run``), each run in a new process;
 its time is run.json's ``elapsed_s`` (the graph built and run; not the checks before nor the
-report after). Run inside this process instead, after the floor, the same chain took 20-50 %
-longer (95 s against 79 s at 1 worker, one pair). ``floor / time`` is printed per run (for 2
-workers against half the floor: both cores busy). The
-machine's speed per core is printed as the time of a fixed 10-million-addition Python loop, to
-compare figures taken on other machines.
+report after), at each worker count ``--workers`` names (1 and 2 by default). Run inside this
+process instead, after the floor, the same chain took 20-50 % longer (95 s against 79 s at 1
+worker, one pair). ``floor / time`` is printed per run (for n workers against the floor divided by
+n: n cores busy). The machine's speed per core is printed as the time of a fixed
+10-million-addition Python loop, to compare figures taken on other machines.
 
-    .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full]
+    .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
 """
 from __future__ import annotations
 
@@ -134,9 +134,16 @@ def main() -> None:
     parser.add_argument("--work", default=str(ROOT / "out" / "bench"), help="working directory")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of everything; the best time of each counts")
     parser.add_argument("--full", action="store_true", help="the whole chain: + near_dedup and perplexity")
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts of the pipeline runs")
     args = parser.parse_args()
     if args.repeat < 1 or args.target_mb <= 0:
         parser.error(f"--repeat must be at least 1 and --target-mb above 0, got {args.repeat} and {args.target_mb}")
+    try:
+        counts = [int(n) for n in args.workers.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        parser.error(f"--workers takes counts of 1 or more separated by commas, got {args.workers!r}")
     work = Path(args.work)
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     steps, extra = STEPS, []
@@ -149,7 +156,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             for stage, seconds in floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra)).items():
                 best[stage] = min(best.get(stage, seconds), seconds)
-        for workers in (1, 2):
+        for workers in counts:
             seconds = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
             name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
             best[name] = min(best.get(name, seconds), seconds)
@@ -158,7 +165,7 @@ def main() -> None:
     total = sum(best[stage] for stage in stages)
     print(f"\nPython 10M-addition loop: {loop_before:.2f} s before, {loop_seconds():.2f} s after (the machine's speed per core)")
     print(f"chain {steps}; floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages) + f"; sum {total:.2f} s")
-    for workers in (1, 2):
+    for workers in counts:
         name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
         print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor")
 
