@@ -76,7 +76,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     if cfg.write.removed:
         for name, records in removed.items():
             _ = records | f"WriteRemoved/{name}" >> WriteRecords(cfg.output, removed_folder(name))
-    written = docs | "AsTables" >> AsTables() | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write)
+    written = docs | "AsTables" >> AsTables() | "WriteCorpus" >> WriteCorpus(cfg.output, cfg.write, scratch)
     _ = (read[REJECTED] | "RejectedAsDicts" >> beam.Map(Rejected.to_dict)
          | "WriteRejected" >> WriteRecords(cfg.output, REJECTED))
     counters = total_counts(p)  # last: every counting step is in the graph by now

@@ -1,6 +1,8 @@
-"""The dedup's first pass keeps what it read on this machine's disk for the second (``readers.spill``):
-the same results back, in order; nothing left behind; no spill without room; the run reads each
-file once and writes the bytes it writes when it reads every file twice."""
+"""The DirectRunner's scratch folder: the dedup's first pass keeps what it read on this machine's disk
+for the second (``readers.spill``): the same results back, in order; nothing left behind; no spill
+without room; and tables move between the write stages as files there (``transforms.write.stash``).
+The run reads each file once and writes the bytes it writes when it reads every file twice and
+moves every table as bytes."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +16,7 @@ from pipeline.readers import spill
 from pipeline.readers.files import read_file
 from pipeline.config import ReadConfig
 from pipeline.steps.base import Drop, Note, Rejected
+from pipeline.transforms import write
 
 RESULTS = [{"id": "<urn:1>", "text": "a\nb", "title": None, "nlines": 2}, Drop("skipped_warcinfo"),
            Note("http_chunking_broken"), Rejected("x.warc.gz", 17, "not_utf8", "byte 3", "<urn:2>", "WARC/1.0"),
@@ -43,7 +46,7 @@ def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fill
     assert spilled(tmp_path / "gone") == RESULTS and list(tmp_path.iterdir()) == []  # no scratch folder
     monkeypatch.setattr(spill, "SPARE_BYTES", 2**62)  # no disk has that much free
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(spill, "_budget", lambda scratch: 1000)  # the first frame is past it
+    monkeypatch.setattr(spill, "budget", lambda scratch: 1000)  # the first frame is past it
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
 
     class Full:
@@ -56,7 +59,7 @@ def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fill
         def close(self):
             self.file.close()
 
-    monkeypatch.setattr(spill, "_budget", lambda scratch: 2**40)
+    monkeypatch.setattr(spill, "budget", lambda scratch: 2**40)
     odd = [*RESULTS, {"id": "<urn:odd>", "text": "x", "weights": object()}]  # a value marshal cannot write
     assert spilled(tmp_path, odd) == odd and list(tmp_path.iterdir()) == []
     monkeypatch.setattr(spill, "open", Full, raising=False)
@@ -99,25 +102,48 @@ def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):
     assert list(spill.take(str(tmp_path), 4)) == RESULTS
 
 
+def test_a_stashed_table_comes_back_from_a_file_or_from_bytes_without_room(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    table = pa.table({"id": ["<urn:1>", "<urn:2>"], "text": ["é" * 300, "b"]})
+    path = write.stash(table, str(tmp_path))
+    assert isinstance(path, str) and Path(path).parent == tmp_path and write.unstash(path).equals(table)
+    assert isinstance(write.stash(table, ""), bytes)  # no scratch folder (every runner but the Direct one)
+    assert write.unstash(write.stash(table, "")).equals(table)
+    assert isinstance(write.stash(table, str(tmp_path / "gone")), bytes)  # a write that fails
+    monkeypatch.setattr(spill, "budget", lambda scratch: 10)  # no room for it
+    assert isinstance(write.stash(table, str(tmp_path)), bytes)
+    assert len(list(tmp_path.iterdir())) == 1
+
+
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch):  # noqa: F811
-    """In-process DirectRunner on two sample files and every kind of bad record: with the spill,
-    each input file is read once (by the first pass); without it (``take`` finds none), twice;
+    """In-process DirectRunner on two sample files and every kind of bad record: with the scratch
+    folder, each input file is read once (by the first pass) and every table moves between the write
+    stages as a file; without room there, each file is read twice and every table moves as bytes;
     shards, stats and rejected records are the same bytes, and the run's scratch folder is gone."""
     from pipeline.transforms import dedup
 
     reads: list[str] = []
+    stashed: list[type] = []
 
     def counted(path, cfg):
         reads.append(path)
         return read_file(path, cfg)
 
+    def recorded(table, scratch, stash=write.stash):
+        part = stash(table, scratch)
+        stashed.append(type(part))
+        return part
+
     monkeypatch.setattr(dedup, "read_file", counted)
+    monkeypatch.setattr(write, "stash", recorded)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     outputs = {}
     for name in ("spilled", "read twice"):
         if name == "read twice":
-            monkeypatch.setattr(spill, "take", lambda scratch, index: None)
+            monkeypatch.setattr(spill, "budget", lambda scratch: 0)
         reads.clear()
+        stashed.clear()
         out = tmp_path / name.replace(" ", "-")
         assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(out),
                        "--set", "beam_options=[]", "--set", "steps=[dedup, lid]") == 0
@@ -125,6 +151,7 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         outputs[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
         readable = {p for p in reads if not p.endswith("dangling.warc.wet.gz")}
         assert len(reads) == len(set(reads)) * (1 if name == "spilled" else 2) and len(readable) == 4, reads
+        assert len(stashed) > 2 and set(stashed) == {str if name == "spilled" else bytes}
         assert not list(tmp_path.glob("polyglot-scratch-*"))
     assert outputs["spilled"] == outputs["read twice"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5

@@ -69,9 +69,10 @@ def memory_backed(path: str, mounts: str = "/proc/self/mounts") -> bool:
     return kind in ("tmpfs", "ramfs")
 
 
-def _budget(scratch: str) -> int:
-    """Bytes one spill may take now: a quarter of the free space above the spare (several workers
-    write at once); none in memory (a tmpfs): the workers need it more than the second read does."""
+def budget(scratch: str) -> int:
+    """Bytes one spill (or one table stashed there, ``transforms.write.stash``) may take now: a
+    quarter of the free space above the spare (several workers write at once); none in memory (a
+    tmpfs): the workers need it more than the second read does."""
     try:
         usage = shutil.disk_usage(scratch)
     except OSError:  # the folder is gone (the run is ending): no spill
@@ -84,7 +85,7 @@ def _budget(scratch: str) -> int:
 def keeping(scratch: str, index: int, results: Iterable[Any]) -> Iterator[Any]:
     """``results`` passed on as they come, written meanwhile to file ``index``'s spill (complete
     when the last result has been taken). Without room on the disk they are only passed on."""
-    writer = _Writer(path_of(scratch, index), _budget(scratch))
+    writer = _Writer(path_of(scratch, index), budget(scratch))
     try:
         for result in results:
             yield result

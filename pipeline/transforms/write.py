@@ -3,14 +3,17 @@ part-NNNNN``), the corpus sums stats.json is made of, and JSON-lines record fold
 removed/<step>/)."""
 from __future__ import annotations
 
+import os
+import uuid
 from collections import Counter
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Union
 
 import apache_beam as beam
 import pyarrow as pa
 
 from ..config import WriteConfig
 from ..output import layout, shards
+from ..readers import spill
 from ..report.stats import Stats, sum_columns, table_stats
 from .counting import Counted, CountingDoFn
 
@@ -36,15 +39,47 @@ class ArrowTableCoder(beam.coders.Coder):
 
 beam.coders.registry.register_coder(pa.Table, ArrowTableCoder)
 
+Stashed = Union[bytes, str]
+"""A table between stages: :class:`ArrowTableCoder`'s bytes, or the path of a file holding them."""
+
+
+def stash(table: pa.Table, scratch: str) -> Stashed:
+    """``table`` encoded to move to a later stage; with a scratch folder (``RunInfo.scratch``: the
+    DirectRunner's, on the disk every worker shares) written to a file there, and its path moves
+    instead: the bytes stay out of the runner's data plane, where each stage boundary costs the
+    driver and every worker a gRPC copy. The bytes themselves where the disk has no room (the
+    spill's :func:`~pipeline.readers.spill.budget`) or the write fails. The files go when the run
+    removes its scratch folder."""
+    data = ArrowTableCoder().encode(table)
+    if not scratch or len(data) > spill.budget(scratch):
+        return data
+    path = os.path.join(scratch, f"{uuid.uuid4().hex}.table")
+    try:
+        with open(path, "wb") as out:
+            out.write(data)
+    except OSError:
+        if os.path.exists(path):
+            os.remove(path)
+        return data
+    return path
+
+
+def unstash(part: Stashed) -> pa.Table:
+    """The table :func:`stash` gave ``part`` for."""
+    if isinstance(part, str):
+        with open(part, "rb") as stream:
+            part = stream.read()
+    return ArrowTableCoder().decode(part)
+
 
 class WriteShard(CountingDoFn):
     def __init__(self, output: str, fmt: str, schema: str) -> None:
         super().__init__("write")
         self.output, self.fmt, self.schema = output, fmt, schema
 
-    def process(self, item: tuple[tuple[str, str, int], Iterable[bytes]]) -> Iterator[str]:
+    def process(self, item: tuple[tuple[str, str, int], Iterable[Stashed]]) -> Iterator[str]:
         (lang, bucket, shard), parts = item
-        table = shards.shard_table(map(ArrowTableCoder().decode, parts))
+        table = shards.shard_table(map(unstash, parts))
         path = layout.shard_path(self.output, lang, bucket, shard, self.fmt)
         shards.write_table(shards.output_table(table, self.schema), path, self.fmt)
         self.count("shards")
@@ -72,12 +107,13 @@ class AsTables(beam.PTransform):
         )
 
 
-def _encoded_parts(table: pa.Table, totals: dict[tuple[str, str], int],
-                   target_bytes: int) -> Iterator[tuple[tuple[str, str, int], bytes]]:
-    """:func:`shards.split_by_shard`, each part encoded here: the FnApiRunner's grouping decodes and
-    encodes every value again in its own (single) process, which for a table costs as much as here."""
-    for key, part in shards.split_by_shard(table, totals, target_bytes):
-        yield key, ArrowTableCoder().encode(part)
+def _stashed_parts(table: Stashed, totals: dict[tuple[str, str], int], target_bytes: int,
+                   scratch: str) -> Iterator[tuple[tuple[str, str, int], Stashed]]:
+    """:func:`shards.split_by_shard` of a stashed table, each part stashed here: the FnApiRunner's
+    grouping decodes and encodes every value again in its own (single) process, which for a table
+    costs as much as here (and nothing for a path)."""
+    for key, part in shards.split_by_shard(unstash(table), totals, target_bytes):
+        yield key, stash(part, scratch)
 
 
 class WriteCorpus(beam.PTransform):
@@ -85,12 +121,14 @@ class WriteCorpus(beam.PTransform):
     in CCNet's layout).
 
     Returns ``{"paths": written paths, "stats": the one CorpusStats result}``: the partition sizes
-    that set each partition's shard count also go into sampling.json.
+    that set each partition's shard count also go into sampling.json. Tables and their parts move
+    between stages as :func:`stash` gives them (files in ``scratch`` where there is one).
     """
 
-    def __init__(self, output: str, cfg: WriteConfig) -> None:
+    def __init__(self, output: str, cfg: WriteConfig, scratch: str = "") -> None:
         super().__init__()
         self.output, self.cfg, self.target = output, cfg, int(cfg.shard_size_mb * 2**20)
+        self.scratch = scratch
 
     def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
         stats = (tables | "TableStats" >> beam.Map(table_stats)
@@ -98,9 +136,10 @@ class WriteCorpus(beam.PTransform):
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
-            | "SplitByShard" >> beam.FlatMap(_encoded_parts, totals=beam.pvalue.AsSingleton(sizes),
-                                             target_bytes=self.target)
-            .with_output_types(tuple[tuple[str, str, int], bytes])
+            | "Stash" >> beam.Map(stash, self.scratch).with_output_types(Stashed)
+            | "SplitByShard" >> beam.FlatMap(_stashed_parts, totals=beam.pvalue.AsSingleton(sizes),
+                                             target_bytes=self.target, scratch=self.scratch)
+            .with_output_types(tuple[tuple[str, str, int], Stashed])
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> Counted(WriteShard(self.output, self.cfg.format, self.cfg.schema))
         )
