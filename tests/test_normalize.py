@@ -88,6 +88,19 @@ def test_whole_text_hashes_equal_per_line_hashes(sample):
         assert paragraph_hashes(text) == per_line_hashes(text), path.name
 
 
+def test_hashes_of_the_readers_documents_need_no_second_strip(sample):
+    """The reader strips every line, so the hash pass leaves that out: the same hashes."""
+    from pipeline.config import ReadConfig
+    from pipeline.readers.files import read_file
+
+    for empty_lines in (False, True):
+        for path in sorted((sample / "wet").glob("*.warc.wet.gz")):
+            docs = [r for r in read_file(str(path), ReadConfig(empty_lines=empty_lines)) if isinstance(r, dict)]
+            assert len(docs) > 100
+            for doc in docs:
+                assert paragraph_hashes(doc["text"], stripped=True) == paragraph_hashes(doc["text"]), doc["id"]
+
+
 def test_whole_text_hashes_on_every_code_point():
     for start in range(0, 0x110000, 4096):
         chars = [chr(c) for c in range(start, start + 4096) if not 0xD800 <= c < 0xE000]  # no UTF-8 for surrogates

@@ -73,7 +73,8 @@ class Occurrences(NamedTuple):
 
     @classmethod
     def of(cls, docs: Iterable[Document]) -> "Occurrences":
-        packed = [paragraph_hashes(doc["text"]) for doc in docs]
+        """Of documents as the reader gives them (every line stripped)."""
+        packed = [paragraph_hashes(doc["text"], stripped=True) for doc in docs]
         counts = np.array([len(p) // 8 for p in packed], dtype=np.int64)
         starts = np.cumsum(counts) - counts
         ordinals = np.repeat(np.arange(len(counts), dtype=np.uint32), counts)

@@ -93,13 +93,16 @@ def paragraph_hash(line: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def paragraph_hashes(text: str) -> bytes:
+def paragraph_hashes(text: str, stripped: bool = False) -> bytes:
     """:func:`paragraph_hash` of every line of ``text``, packed: 8 bytes (little-endian uint64) a line.
 
     Normalizes the whole text at once (the regexes and ``lower`` run once per document, not per
     line): each line is stripped first, as :func:`normalize_for_dedup` does, and then no step
     looks across a newline (``lower``'s final-sigma rule treats a newline as the end of a word).
+    ``stripped``: every line of ``text`` is stripped already (a document as the reader gives it),
+    so that step is left out.
     """
-    stripped = "\n".join(line.strip() for line in text.split("\n")).lower()
-    normalized = _DIGIT.sub("0", _DEDUP_REMOVED_BUT_NEWLINE.sub("", stripped))
+    if not stripped:
+        text = "\n".join(line.strip() for line in text.split("\n"))
+    normalized = _DIGIT.sub("0", _DEDUP_REMOVED_BUT_NEWLINE.sub("", text.lower()))
     return b"".join([hashlib.sha1(line).digest()[:8] for line in normalized.encode("utf-8").split(b"\n")])
