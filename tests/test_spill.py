@@ -110,8 +110,9 @@ def test_a_stashed_table_comes_back_from_a_file_or_from_bytes_without_room(tmp_p
     assert isinstance(path, str) and Path(path).parent == tmp_path and write.unstash(path).equals(table)
     assert isinstance(write.stash(table, ""), bytes)  # no scratch folder (every runner but the Direct one)
     assert write.unstash(write.stash(table, "")).equals(table)
+    monkeypatch.setattr(spill, "budget", lambda scratch: 2**40)
     assert isinstance(write.stash(table, str(tmp_path / "gone")), bytes)  # a write that fails
-    monkeypatch.setattr(spill, "budget", lambda scratch: 10)  # no room for it
+    monkeypatch.setattr(spill, "budget", lambda scratch: table.nbytes - 1)  # no room for it
     assert isinstance(write.stash(table, str(tmp_path)), bytes)
     assert len(list(tmp_path.iterdir())) == 1
 
