@@ -102,19 +102,25 @@ def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):
     assert list(spill.take(str(tmp_path), 4)) == RESULTS
 
 
-def test_a_stashed_table_comes_back_from_a_file_or_from_bytes_without_room(tmp_path, monkeypatch):
+def test_stashed_tables_come_back_from_one_file_or_from_bytes_without_room(tmp_path, monkeypatch):
     import pyarrow as pa
 
-    table = pa.table({"id": ["<urn:1>", "<urn:2>"], "text": ["é" * 300, "b"]})
-    path = write.stash(table, str(tmp_path))
-    assert isinstance(path, str) and Path(path).parent == tmp_path and write.unstash(path).equals(table)
-    assert isinstance(write.stash(table, ""), bytes)  # no scratch folder (every runner but the Direct one)
-    assert write.unstash(write.stash(table, "")).equals(table)
+    tables = [pa.table({"id": [f"<urn:{i}>"], "text": ["é" * i]}) for i in (300, 0, 70_000)]
+    parts = write.stash(tables, str(tmp_path))
+    assert all(isinstance(p, str) for p in parts) and len({p.rpartition("@")[0] for p in parts}) == 1  # one file
+    assert [write.unstash(p) for p in reversed(parts)] == tables[::-1]  # each from its own span, in any order
+    assert write.stash([], str(tmp_path)) == []
+    assert all(isinstance(p, bytes) for p in write.stash(tables, ""))  # no scratch folder (runners but Direct)
+    assert [write.unstash(p) for p in write.stash(tables, "")] == tables
     monkeypatch.setattr(spill, "budget", lambda scratch: 2**40)
-    assert isinstance(write.stash(table, str(tmp_path / "gone")), bytes)  # a write that fails
-    monkeypatch.setattr(spill, "budget", lambda scratch: table.nbytes - 1)  # no room for it
-    assert isinstance(write.stash(table, str(tmp_path)), bytes)
-    assert len(list(tmp_path.iterdir())) == 1
+    assert isinstance(write._stash_table(tables[0], str(tmp_path / "gone")), bytes)  # a write that fails
+    monkeypatch.setattr(spill, "budget", lambda scratch: sum(t.nbytes for t in tables) - 1)  # no room for them
+    assert all(isinstance(p, bytes) for p in write.stash(tables, str(tmp_path)))
+    alone = write._stash_table(tables[2], str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == 2  # the three tables' file and this one's
+    write.discard(alone)
+    write.discard(write.stash(tables[:1], "")[0])  # bytes: nothing to remove
+    assert [p.name for p in tmp_path.iterdir()] == [parts[0].rpartition("@")[0].rsplit("/", 1)[1]]
 
 
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch):  # noqa: F811
@@ -125,16 +131,17 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
     from pipeline.transforms import dedup
 
     reads: list[str] = []
-    stashed: list[type] = []
+    kinds = tmp_path / "stashed.txt"  # a file: Beam pickles the Stash step's function, a copy of any list
 
     def counted(path, cfg):
         reads.append(path)
         return read_file(path, cfg)
 
-    def recorded(table, scratch, stash=write.stash):
-        part = stash(table, scratch)
-        stashed.append(type(part))
-        return part
+    def recorded(tables, scratch, stash=write.stash):
+        parts = stash(tables, scratch)
+        with open(kinds, "a") as out:
+            out.writelines(f"{type(part).__name__}\n" for part in parts)
+        return parts
 
     monkeypatch.setattr(dedup, "read_file", counted)
     monkeypatch.setattr(write, "stash", recorded)
@@ -144,7 +151,7 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         if name == "read twice":
             monkeypatch.setattr(spill, "budget", lambda scratch: 0)
         reads.clear()
-        stashed.clear()
+        kinds.write_text("")
         out = tmp_path / name.replace(" ", "-")
         assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(out),
                        "--set", "beam_options=[]", "--set", "steps=[dedup, lid]") == 0
@@ -152,7 +159,8 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         outputs[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
         readable = {p for p in reads if not p.endswith("dangling.warc.wet.gz")}
         assert len(reads) == len(set(reads)) * (1 if name == "spilled" else 2) and len(readable) == 4, reads
-        assert len(stashed) > 2 and set(stashed) == {str if name == "spilled" else bytes}
+        stashed = kinds.read_text().split()  # the Stash step's tables and SplitByShard's parts
+        assert len(stashed) > 2 and set(stashed) == {"str" if name == "spilled" else "bytes"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
     assert outputs["spilled"] == outputs["read twice"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5

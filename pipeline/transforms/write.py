@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections import Counter
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Sequence, Union
 
 import apache_beam as beam
 import pyarrow as pa
@@ -40,35 +40,58 @@ class ArrowTableCoder(beam.coders.Coder):
 beam.coders.registry.register_coder(pa.Table, ArrowTableCoder)
 
 Stashed = Union[bytes, str]
-"""A table between stages: :class:`ArrowTableCoder`'s bytes, or the path of an Arrow IPC file."""
+"""A table between stages: :class:`ArrowTableCoder`'s bytes, or ``<path>@<offset>:<length>``, where
+an Arrow IPC stream of it lies in a file."""
 
 
-def stash(table: pa.Table, scratch: str) -> Stashed:
-    """``table`` made ready to move to a later stage: :class:`ArrowTableCoder`'s bytes; with a
-    scratch folder (``RunInfo.scratch``: the DirectRunner's, on the disk every worker shares) an
-    uncompressed Arrow IPC file there instead, and its path moves: the bytes stay out of the
-    runner's data plane, where each stage boundary costs the driver and every worker a gRPC copy,
-    and the next stage maps the file instead of decompressing it (compressing and decompressing
-    the benchmark's tables with LZ4 took 0.7-1.4 s a hop). Bytes where the disk has no room (the
-    spill's :func:`~pipeline.readers.spill.budget`) or the write fails. The files go when the run
-    removes its scratch folder."""
-    if scratch and table.nbytes <= spill.budget(scratch):
-        path = os.path.join(scratch, f"{uuid.uuid4().hex}.table")
+def stash(tables: Sequence[pa.Table], scratch: str) -> list[Stashed]:
+    """``tables`` made ready to move to a later stage: :class:`ArrowTableCoder`'s bytes each; with
+    a scratch folder (``RunInfo.scratch``: the DirectRunner's, on the disk every worker shares) one
+    file there instead, holding each table as an uncompressed Arrow IPC stream, and where each
+    lies in it moves: the bytes stay out of the runner's data plane, where each stage boundary
+    costs the driver and every worker a gRPC copy, and the next stage reads its part of the file
+    instead of decompressing it (compressing and decompressing the benchmark's tables with LZ4
+    took 0.7-1.4 s a hop). One file per call, however many tables: a split table's parts for
+    thousands of shards are one file, not thousands. Bytes where the disk has no room (the
+    spill's :func:`~pipeline.readers.spill.budget`) or the write fails. The run's scratch folder
+    goes with the files at its end; :func:`discard` removes one sooner."""
+    if tables and scratch and sum(table.nbytes for table in tables) <= spill.budget(scratch):
+        path = os.path.join(scratch, f"{uuid.uuid4().hex}.tables")
         try:
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-            return path
+            spans = []
+            with pa.OSFile(path, "wb") as sink:
+                for table in tables:
+                    start = sink.tell()
+                    with pa.ipc.new_stream(sink, table.schema) as writer:
+                        writer.write_table(table)
+                    spans.append(f"{path}@{start}:{sink.tell() - start}")
+            return spans
         except OSError:
             if os.path.exists(path):
                 os.remove(path)
-    return ArrowTableCoder().encode(table)
+    return [ArrowTableCoder().encode(table) for table in tables]
 
 
 def unstash(part: Stashed) -> pa.Table:
-    """The table :func:`stash` gave ``part`` for (a file's, memory-mapped)."""
+    """The table :func:`stash` gave ``part`` for."""
     if isinstance(part, str):
-        return pa.ipc.open_stream(pa.memory_map(part)).read_all()
+        path, _, span = part.rpartition("@")
+        start, length = (int(n) for n in span.split(":"))
+        with open(path, "rb") as stream:
+            stream.seek(start)
+            part = stream.read(length)
     return ArrowTableCoder().decode(part)
+
+
+def discard(part: Stashed) -> None:
+    """Remove the file of a table stashed alone, once it has been used."""
+    if isinstance(part, str):
+        os.remove(part.rpartition("@")[0])
+
+
+def _stash_table(table: pa.Table, scratch: str) -> Stashed:
+    [part] = stash([table], scratch)
+    return part
 
 
 class WriteShard(CountingDoFn):
@@ -108,11 +131,14 @@ class AsTables(beam.PTransform):
 
 def _stashed_parts(table: Stashed, totals: dict[tuple[str, str], int], target_bytes: int,
                    scratch: str) -> Iterator[tuple[tuple[str, str, int], Stashed]]:
-    """:func:`shards.split_by_shard` of a stashed table, each part stashed here: the FnApiRunner's
-    grouping decodes and encodes every value again in its own (single) process, which for a table
-    costs as much as here (and nothing for a path)."""
-    for key, part in shards.split_by_shard(unstash(table), totals, target_bytes):
-        yield key, stash(part, scratch)
+    """:func:`shards.split_by_shard` of a stashed table, its parts stashed here (one file): the
+    FnApiRunner's grouping decodes and encodes every value again in its own (single) process,
+    which for a table costs as much as here (and nothing for a file's span)."""
+    split = list(shards.split_by_shard(unstash(table), totals, target_bytes))
+    stashed = stash([part for _, part in split], scratch)
+    discard(table)
+    for (key, _), part in zip(split, stashed):
+        yield key, part
 
 
 class WriteCorpus(beam.PTransform):
@@ -135,7 +161,7 @@ class WriteCorpus(beam.PTransform):
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
-            | "Stash" >> beam.Map(stash, self.scratch).with_output_types(Stashed)
+            | "Stash" >> beam.Map(_stash_table, self.scratch).with_output_types(Stashed)
             | "SplitByShard" >> beam.FlatMap(_stashed_parts, totals=beam.pvalue.AsSingleton(sizes),
                                              target_bytes=self.target, scratch=self.scratch)
             .with_output_types(tuple[tuple[str, str, int], Stashed])
