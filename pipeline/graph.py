@@ -59,7 +59,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     """Add the whole corpus graph for ``files`` to pipeline ``p``, running ``steps`` (from
     :func:`build_steps`, prepared) in order; ``scratch``: see ``RunInfo.scratch``."""
     run = run_info(cfg, len(files), scratch)
-    indexed = p | INPUT_LABEL >> beam.Create(list(enumerate(files))) | "Distribute" >> beam.Reshuffle()
+    # Distribute spreads the files over the workers; Create's own reshuffle would be a second stage before it
+    indexed = (p | INPUT_LABEL >> beam.Create(list(enumerate(files)), reshuffle=False)
+               | "Distribute" >> beam.Reshuffle())
     first = steps[0] if steps and steps[0].reads_files else None
     read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))
     docs, removed = read[MAIN], {first.name: read[REMOVED]} if first else {}
