@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions
 
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
@@ -22,7 +22,7 @@ from .output.shards import write_json
 from .report.corpus_report import build as build_report
 from .report.html import preload as preload_report
 from .runners import forkserver, ledger
-from .runners.options import (DASK_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
+from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
                               pipeline_options)
 from .steps.base import Step
 from .util import faults
@@ -194,10 +194,11 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
-    local = cfg.runner == "DirectRunner" and not build_only  # every worker on this machine
+    local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
     scratch = tempfile.mkdtemp(prefix="polyglot-scratch-") if local else ""
     build_pipeline(pipeline, cfg, list(files), steps, scratch)
-    if not build_only:
+    in_process = local and options.view_as(DirectOptions).direct_running_mode != "multi_processing"
+    if not build_only and not in_process:  # workers in this process would share the GIL with the import
         preload_report()
     try:
         result = pipeline.run()

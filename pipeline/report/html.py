@@ -70,8 +70,9 @@ _PYPLOT = threading.Lock()
 
 def preload() -> None:
     """Import matplotlib in a background thread (about half a second), for a report that is built
-    later in this process: a corpus run's, after the pipeline, which leaves the driver mostly
-    waiting on its workers."""
+    later in this process: a corpus run's, after the pipeline, while the driver mostly waits on
+    workers in other processes (where they run in the driver's process, the import would take
+    the GIL from them, so ``pipeline run`` leaves it to the report)."""
     threading.Thread(target=pyplot, name="preload-matplotlib", daemon=True).start()
 
 
