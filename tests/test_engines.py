@@ -374,6 +374,38 @@ def test_options_keep_one_view_per_class():
     assert pickle.loads(pickle.dumps(options)).view_as(DirectOptions).direct_num_workers == 3
 
 
+def test_dofn_specs_are_found_once_per_dofn_and_are_beams():
+    """The graph module caches Beam's DoFn introspection per instance: Beam's own answer, state
+    and timers included, asked once however often Beam asks."""
+    from apache_beam.transforms import userstate
+    from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
+    from apache_beam.transforms.timeutil import TimeDomain
+
+    import pipeline.graph  # noqa: F401  installs the cache
+
+    class Stateful(beam.DoFn):
+        BAG, TIMER = BagStateSpec("bag", beam.coders.VarIntCoder()), TimerSpec("t", TimeDomain.WATERMARK)
+
+        def process(self, kv, bag=beam.DoFn.StateParam(BAG), timer=beam.DoFn.TimerParam(TIMER)):
+            yield kv
+
+        @on_timer(TIMER)
+        def fire(self):
+            yield 0
+
+    beams = userstate.get_dofn_specs.uncached
+    calls = []
+    stateful, plain = Stateful(), beam.Map(str).fn
+    for dofn in (stateful, plain):
+        expected = beams(dofn)
+        assert userstate.get_dofn_specs(dofn) == expected
+        assert userstate.get_dofn_specs(dofn) is userstate.get_dofn_specs(dofn)  # Beam's makes new sets each time
+        assert beams(dofn) is not beams(dofn)
+        calls.append(userstate.is_stateful_dofn(dofn))
+    assert calls == [True, False]
+    assert {spec.name for spec in userstate.get_dofn_specs(stateful)[0]} == {"bag"}
+    userstate.validate_stateful_dofn(stateful)  # Beam's own check of a stateful DoFn, on the cached specs
+
 def test_graph_building_leaves_datasketch_to_the_workers():
     """The near-dup graph is built without importing datasketch (scipy under it: 0.7 s of the
     driver); the band layout is derived in the workers' ``setup``."""
