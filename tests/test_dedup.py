@@ -83,6 +83,42 @@ def test_planted_duplicates_removed_exactly(policy, partitions):
     assert got == EXPECTED[policy]
 
 
+@pytest.mark.parametrize("policy", ["drop_all", "keep_first"])
+def test_duplicates_are_those_of_a_sort_by_hash_then_position(policy):
+    """Random tables (few hashes, so many copies; files in any order, one file's rows split over two
+    tables, one table out of position order): the removals are those of the plain definition, a
+    sort by (hash, file, document, line) whose first row of each hash is the keeper."""
+    rng = np.random.default_rng(7)
+    tables = []
+    for f in rng.permutation(6):
+        n = int(rng.integers(0, 400))
+        positions = np.sort(rng.choice(40 * 30, n, replace=False))  # (document, line), each once
+        docs, lines = (positions // 30).astype(np.uint32), (positions % 30).astype(np.uint32)
+        table = Occurrences(rng.integers(0, 500, n).astype(np.uint64), docs, lines)
+        if f == 2:  # in two pieces, the second first
+            tables += [(int(f), Occurrences(*(a[n // 2:] for a in table))), (int(f), Occurrences(*(a[:n // 2] for a in table)))]
+        elif f == 0:  # rows out of position order
+            tables.append((int(f), Occurrences(*(a[::-1].copy() for a in table))))
+        else:
+            tables.append((int(f), table))
+    hashes = np.concatenate([t.hashes for _, t in tables])
+    files = np.concatenate([np.full(len(t.hashes), f) for f, t in tables])
+    docs, lines = (np.concatenate([getattr(t, name) for _, t in tables]) for name in ("docs", "lines"))
+    expected: dict[int, set] = {}
+    first_of_hash, docs_of_hash, seen = {}, {}, set()
+    rows = sorted(zip(hashes.tolist(), files.tolist(), docs.tolist(), lines.tolist()))
+    for h, f, d, line in rows:
+        docs_of_hash.setdefault(h, set()).add((f, d))
+    for h, f, d, line in rows:
+        again_in_doc = (h, f, d) in seen
+        seen.add((h, f, d))
+        first = first_of_hash.setdefault(h, (f, d, line)) == (f, d, line)
+        if (policy == "keep_first" and not first) or (policy == "drop_all" and (again_in_doc or len(docs_of_hash[h]) > 1)):
+            expected.setdefault(f, set()).add((d, line))
+    got = {f: set(zip(d.tolist(), line.tolist())) for f, (d, line) in duplicates(tables, policy).items()}
+    assert got == expected and sum(map(len, got.values())) > 100
+
+
 def test_occurrence_tables():
     table = Occurrences.of(docs_of(FILES[0][:2]))
     assert table.hashes.dtype == np.uint64 and len(table.hashes) == 7

@@ -95,16 +95,30 @@ class Occurrences(NamedTuple):
 def duplicates(tables: Iterable[tuple[int, Occurrences]], policy: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The occurrences to remove, per file index: ``{file: (document ordinals, lines)}``.
 
-    ``tables`` holds ``(file index, occurrences)`` for one hash partition of every file.
+    ``tables`` holds ``(file index, occurrences)`` for one hash partition of every file. The rows
+    are put in position order (file, document, line), which a file's table from
+    :meth:`Occurrences.of` and :meth:`Occurrences.partitions` already is, so one stable sort by
+    hash orders them by (hash, position): the first of each hash is its keeper. A four-key
+    ``np.lexsort`` did the same in 3-4 times the time.
     """
-    tables = [(f, t) for f, t in tables if len(t.hashes)]
-    if not tables:
+    by_file: dict[int, list[Occurrences]] = {}
+    for f, t in tables:
+        if len(t.hashes):
+            by_file.setdefault(f, []).append(t)
+    if not by_file:
         return {}
-    hashes = np.concatenate([t.hashes for _, t in tables])
-    files = np.concatenate([np.full(len(t.hashes), f, dtype=np.uint32) for f, t in tables])
-    docs = np.concatenate([t.docs for _, t in tables])
-    lines = np.concatenate([t.lines for _, t in tables])
-    order = np.lexsort((lines, docs, files, hashes))  # by hash, then position: the first is the keeper
+    files, hashes, docs, lines = [], [], [], []
+    for f in sorted(by_file):
+        parts = by_file[f]
+        h, d, line = (np.concatenate([getattr(t, name) for t in parts]) for name in Occurrences._fields)
+        position = d.astype(np.uint64) << np.uint64(32) | line.astype(np.uint64)
+        if (position[1:] < position[:-1]).any():
+            order = np.argsort(position, kind="stable")
+            h, d, line = h[order], d[order], line[order]
+        files.append(np.full(len(h), f, dtype=np.uint32))
+        hashes.append(h), docs.append(d), lines.append(line)
+    hashes, files, docs, lines = (np.concatenate(a) for a in (hashes, files, docs, lines))
+    order = np.argsort(hashes, kind="stable")  # by hash, then position
     h, f, d = hashes[order], files[order], docs[order]
     new_hash = np.r_[True, h[1:] != h[:-1]]
     new_doc = new_hash | np.r_[True, (f[1:] != f[:-1]) | (d[1:] != d[:-1])]  # a hash's first copy in a document
