@@ -11,7 +11,7 @@ import gzip
 import hashlib
 import json
 import math
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -108,16 +108,27 @@ def cluster_sums(table: pa.Table) -> Iterator[tuple[tuple[str, str, int], tuple[
         yield (row["lang"], row["bucket"], int(row["size"])), (row["chars_count"], row["chars_sum"])
 
 
-def split_by_shard(table: pa.Table, totals: Mapping[tuple[str, str], int],
-                   target_bytes: int) -> Iterator[tuple[tuple[str, str, int], pa.Table]]:
-    """The rows of ``table`` grouped by ``(lang, bucket, shard)``; ``totals`` are each partition's bytes."""
-    groups: dict[tuple[str, str, int], list[int]] = {}
-    columns = (table.column(name).to_pylist() for name in ("id", "lang", "bucket"))
-    for i, (doc_id, lang, bucket) in enumerate(zip(*columns)):
-        n = shard_count(totals[(lang, bucket)], target_bytes)
-        groups.setdefault((lang, bucket, shard_of_id(doc_id, n)), []).append(i)
-    for key, rows in sorted(groups.items()):
-        yield key, table.take(rows)
+def split_by_partition(table: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+    """The rows of ``table`` grouped by ``(lang, bucket)``, in key order."""
+    return _grouped(table, zip(table.column("lang").to_pylist(), table.column("bucket").to_pylist()))
+
+
+def split_by_shard(part: pa.Table, n_shards: int) -> Iterator[tuple[int, pa.Table]]:
+    """The rows of one partition's table grouped by shard (:func:`shard_of_id` of ``n_shards``), in
+    shard order."""
+    if n_shards == 1:
+        return iter([(0, part)])
+    return _grouped(part, (shard_of_id(doc_id, n_shards) for doc_id in part.column("id").to_pylist()))
+
+
+def _grouped(table: pa.Table, keys: Iterable[Any]) -> Iterator[tuple[Any, pa.Table]]:
+    """``table``'s rows grouped by their ``keys`` (one per row), in key order; one group is ``table`` itself."""
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    if len(groups) == 1:
+        return iter([(next(iter(groups)), table)])
+    return ((key, table.take(rows)) for key, rows in sorted(groups.items()))
 
 
 def shard_table(parts: Iterable[pa.Table]) -> pa.Table:

@@ -53,8 +53,8 @@ def stash(tables: Sequence[pa.Table], scratch: str) -> list[Stashed]:
     instead of decompressing it (compressing and decompressing the benchmark's tables with LZ4
     took 0.7-1.4 s a hop). One file per call, however many tables: a split table's parts for
     thousands of shards are one file, not thousands. Bytes where the disk has no room (the
-    spill's :func:`~pipeline.readers.spill.budget`) or the write fails. The run's scratch folder
-    goes with the files at its end; :func:`discard` removes one sooner."""
+    spill's :func:`~pipeline.readers.spill.budget`) or the write fails. The files go with the
+    run's scratch folder at its end."""
     if tables and scratch and sum(table.nbytes for table in tables) <= spill.budget(scratch):
         path = os.path.join(scratch, f"{uuid.uuid4().hex}.tables")
         try:
@@ -81,17 +81,6 @@ def unstash(part: Stashed) -> pa.Table:
             stream.seek(start)
             part = stream.read(length)
     return ArrowTableCoder().decode(part)
-
-
-def discard(part: Stashed) -> None:
-    """Remove the file of a table stashed alone, once it has been used."""
-    if isinstance(part, str):
-        os.remove(part.rpartition("@")[0])
-
-
-def _stash_table(table: pa.Table, scratch: str) -> Stashed:
-    [part] = stash([table], scratch)
-    return part
 
 
 class WriteShard(CountingDoFn):
@@ -129,16 +118,24 @@ class AsTables(beam.PTransform):
         )
 
 
-def _stashed_parts(table: Stashed, totals: dict[tuple[str, str], int], target_bytes: int,
-                   scratch: str) -> Iterator[tuple[tuple[str, str, int], Stashed]]:
-    """:func:`shards.split_by_shard` of a stashed table, its parts stashed here (one file): the
-    FnApiRunner's grouping decodes and encodes every value again in its own (single) process,
-    which for a table costs as much as here (and nothing for a file's span)."""
-    split = list(shards.split_by_shard(unstash(table), totals, target_bytes))
-    stashed = stash([part for _, part in split], scratch)
-    discard(table)
-    for (key, _), part in zip(split, stashed):
-        yield key, part
+def _stashed_partitions(table: pa.Table, scratch: str) -> Iterator[tuple[tuple[str, str], Stashed]]:
+    """:func:`shards.split_by_partition` of a table, its parts stashed (one file)."""
+    split = list(shards.split_by_partition(table))
+    return zip([key for key, _ in split], stash([part for _, part in split], scratch))
+
+
+def _stashed_shards(item: tuple[tuple[str, str], Stashed], totals: dict[tuple[str, str], int], target_bytes: int,
+                    scratch: str) -> Iterator[tuple[tuple[str, str, int], Stashed]]:
+    """A stashed part of one partition by shard: as it is where the partition has one shard (its
+    size known only now); otherwise split by :func:`shards.split_by_shard` and stashed again."""
+    (lang, bucket), part = item
+    n = shards.shard_count(totals[(lang, bucket)], target_bytes)
+    if n == 1:
+        yield (lang, bucket, 0), part
+        return
+    split = list(shards.split_by_shard(unstash(part), n))
+    for (shard, _), stashed in zip(split, stash([table for _, table in split], scratch)):
+        yield (lang, bucket, shard), stashed
 
 
 class WriteCorpus(beam.PTransform):
@@ -161,8 +158,9 @@ class WriteCorpus(beam.PTransform):
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
-            | "Stash" >> beam.Map(_stash_table, self.scratch).with_output_types(Stashed)
-            | "SplitByShard" >> beam.FlatMap(_stashed_parts, totals=beam.pvalue.AsSingleton(sizes),
+            | "Stash" >> beam.FlatMap(_stashed_partitions, self.scratch)
+            .with_output_types(tuple[tuple[str, str], Stashed])
+            | "SplitByShard" >> beam.FlatMap(_stashed_shards, totals=beam.pvalue.AsSingleton(sizes),
                                              target_bytes=self.target, scratch=self.scratch)
             .with_output_types(tuple[tuple[str, str, int], Stashed])
             | "GroupByShard" >> beam.GroupByKey()
