@@ -426,15 +426,18 @@ def test_a_run_killed_while_replacing_the_corpus_leaves_a_whole_one(sample, tmp_
     assert not list((tmp_path / "out").glob("_staging-*"))
 
 
-@pytest.mark.parametrize("beam_options, preloaded", [("[]", False), ("[--direct_running_mode=multi_processing]", True)])
+@pytest.mark.parametrize("beam_options, preloaded", [
+    ("[]", False), ("[--direct_running_mode=multi_processing]", True),
+    ("[--direct_running_mode=multi_processing, --direct_num_workers=2]", False)])
 def test_matplotlib_is_preloaded_only_while_the_driver_waits_on_other_processes(sample, tmp_path, monkeypatch,
                                                                                beam_options, preloaded):
-    """The report's import runs during the pipeline only where the workers are other processes: in
-    the driver's own process it would take the GIL from them."""
+    """The report's import runs during the pipeline only where the workers are other processes (in
+    the driver's own process it would take the GIL from them) and a core is left for it (here 2)."""
     import pipeline.run as run
 
     calls: list[int] = []
     monkeypatch.setattr(run, "preload_report", lambda: calls.append(1))
+    monkeypatch.setattr(run.os, "cpu_count", lambda: 2)
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", wet, "--output", str(tmp_path / "out"),
                    "--set", f"beam_options={beam_options}", "--set", "steps=[lid]") == 0
