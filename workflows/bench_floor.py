@@ -26,7 +26,10 @@ its time is run.json's ``elapsed_s`` (the graph built and run; not the checks be
 report after), at each worker count ``--workers`` names (1 and 2 by default). Run inside this
 process instead, after the floor, the same chain took 20-50 % longer (95 s against 79 s at 1
 worker, one pair). ``floor / time`` is printed per run (for n workers against the floor divided by
-n: n cores busy). The machine's speed per core is printed as the time of a fixed
+n: n cores busy), best against best over ``--repeat`` rounds, and each round's runs against that
+round's own floor (the machine's speed per core can swing within minutes: the `predict` floor
+took 11.3 s and 17.3 s an hour apart here, so a best floor from one round against a best run from
+another says little). The machine's speed per core is printed as the time of a fixed
 10-million-addition Python loop, to compare figures taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -151,23 +155,33 @@ def main() -> None:
         ensure_models(work / "lm")
         steps, extra = "[dedup, lid, near_dedup, perplexity]", [f"perplexity.models={work / 'lm'}"]
     best: dict[str, float] = {}
+    rounds: list[dict[str, float]] = []  # each round's floor and runs: the machine's speed drifts between rounds
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     for round_ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=work) as tmp:
-            for stage, seconds in floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra)).items():
-                best[stage] = min(best.get(stage, seconds), seconds)
+            times = floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra))
+        print(f"round {round_ + 1}: floor " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
         for workers in counts:
-            seconds = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
-            name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
+            times[run_name(workers)] = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
+            print(f"round {round_ + 1}: {run_name(workers)}: {times[run_name(workers)]:.1f} s", flush=True)
+        rounds.append(times)
+        for name, seconds in times.items():
             best[name] = min(best.get(name, seconds), seconds)
-            print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
     stages = [s for s in ("read", "hash", "lid", "minhash", "perplexity", "arrow") if s in best]
     total = sum(best[stage] for stage in stages)
     print(f"\nPython 10M-addition loop: {loop_before:.2f} s before, {loop_seconds():.2f} s after (the machine's speed per core)")
     print(f"chain {steps}; floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages) + f"; sum {total:.2f} s")
     for workers in counts:
-        name = f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
-        print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor")
+        name = run_name(workers)
+        own = [sum(r[s] for s in stages) / workers / r[name] for r in rounds]
+        print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor (best against best); "
+              f"each round against its own floor: " + ", ".join(f"{share:.0%}" for share in own)
+              + f" (median {statistics.median(own):.0%})")
+
+
+def run_name(workers: int) -> str:
+    return f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
+
 
 if __name__ == "__main__":
     main()
