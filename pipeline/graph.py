@@ -98,7 +98,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     for step in steps[1:] if first else steps:
         label = "".join(part.title() for part in step.name.split("_"))
         if step.transform:
-            result = docs | label >> composite(step)
+            result = docs | label >> composite(step, run)
         elif cfg.write.removed:
             result = docs | label >> Counted(ApplyStep(step), outputs=(REMOVED,))
         else:  # no removed output to carry: one output fewer in every fused stage

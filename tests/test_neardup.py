@@ -20,7 +20,9 @@ from pipeline.steps import minhash as nd
 from pipeline.util.errors import UserError
 from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
-from pipeline.transforms.near_dedup import BandKeys, CandidateEdges, ConnectedComponents, NearDedupTransform
+from pipeline.readers import spill
+from pipeline.transforms.near_dedup import (BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform,
+                                            _DocReader)
 from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
@@ -175,13 +177,14 @@ def write_jsonl(docs: list[dict], path: Path) -> None:
     path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
 
 
-def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str, write_removed: bool = True):
+def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str, write_removed: bool = True,
+              scratch: str = ""):
     """Run the near_dedup step on ``docs``: ({kept id: cluster size}, {removed id: duplicate_of}, its counters)."""
     work.mkdir(parents=True, exist_ok=True)
     write_jsonl(docs, work / "in.jsonl")
     p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", *options]))
     out = p | beam.io.ReadFromText(str(work / "in.jsonl")) | beam.Map(json.loads) | NearDedupTransform(
-        NearDedup(cfg, RunInfo(write_removed=write_removed)))
+        NearDedup(cfg, RunInfo()), RunInfo(write_removed=write_removed, scratch=scratch))
     _ = (out.main | "Kept" >> beam.Map(lambda d: json.dumps([d["id"], d["minhash_cluster_size"], d["text"]]))
          | "WriteKept" >> beam.io.WriteToText(str(work / "kept")))
     _ = out.removed | "Removed" >> beam.Map(json.dumps) | "WriteRemoved" >> beam.io.WriteToText(str(work / "removed"))
@@ -481,6 +484,49 @@ def test_same_survivors_across_runs_and_workers(planted, tmp_path):
     assert survivors(list(reversed(docs)), cfg, tmp_path / "b") == first
     assert survivors(docs, cfg, tmp_path / "c", "--direct_num_workers=2",
                      "--direct_running_mode=multi_processing") == first
+
+
+def test_documents_reach_the_join_through_the_scratch_folder_or_as_bytes(planted, tmp_path, monkeypatch):
+    """With a scratch folder the documents go to files there and only where each lies moves; without
+    room there they move as bytes; the join keeps and removes the same documents either way."""
+    docs, cfg = planted[0][::5], NearDupConfig()
+    plain = run_stage(docs, cfg, tmp_path / "bytes")
+    for name, room in (("files", None), ("no room", 0)):
+        if room is not None:
+            monkeypatch.setattr(spill, "budget", lambda scratch: room)
+        scratch = tmp_path / f"{name}-scratch"
+        scratch.mkdir()
+        assert run_stage(docs, cfg, tmp_path / name, scratch=str(scratch))[:2] == plain[:2]
+        written = sum(p.stat().st_size for p in scratch.glob("*.docs"))
+        assert written > sum(len(d["text"]) for d in docs) if room is None else written == 0
+
+
+def test_key_by_id_writes_chunks_and_falls_back_to_bytes_when_a_write_fails(originals, tmp_path):
+    docs = [{"id": f"<urn:{i}>", "text": text} for i, text in enumerate(originals[:40])]
+    fn = KeyById(str(tmp_path))
+    fn.CHUNK_BYTES = 2_000
+    fn.start_bundle()
+    keyed = [pair for doc in docs[:20] for pair in fn.process(doc)]
+
+    class Full:
+        def tell(self) -> int:
+            return 0
+
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    assert keyed and all(isinstance(ref, str) for _, ref in keyed)  # the first chunks: in the file
+    fn.out.close()
+    fn.out = Full()
+    keyed += [pair for doc in docs[20:] for pair in fn.process(doc)] + [v.value for v in fn.finish_bundle()]
+    reader = _DocReader()
+    assert [doc_id for doc_id, _ in keyed] == [d["id"] for d in docs]
+    assert [reader.load(ref) for _, ref in keyed] == docs
+    assert isinstance(keyed[-1][1], bytes)  # after the failed write: bytes
+    reader.close()
 
 
 # --------------------------------------------------------------------------- edge cases

@@ -27,7 +27,8 @@ dropped document with its reason to ``removed/<step>/``.
 
 A **global step** (exact dedup, near-dup) needs every document at once: it sets ``transform`` to
 ``"module:Class"`` of its Beam composite instead of implementing ``__call__``; the composite is
-built as ``Class(step)`` and returns its kept documents under ``main`` and removed records under
+built as ``Class(step, run)`` (``run``: the :class:`RunInfo` of the run being built, its scratch
+folder included) and returns its kept documents under ``main`` and removed records under
 ``removed``. ``reads_files`` marks the one step that works on the input files themselves (exact
 paragraph dedup, CCNet's two passes); it must come first.
 """
