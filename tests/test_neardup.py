@@ -22,7 +22,7 @@ from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
 from pipeline.readers import spill
 from pipeline.transforms.near_dedup import (BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform,
-                                            _DocReader)
+                                            Unpickler)
 from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
@@ -297,9 +297,10 @@ def test_lsh_buckets_and_verified_edges(originals):
 
 
 @pytest.mark.parametrize("verify", [True, False])
-def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify):
-    """BandKeys' rows per (scope, partition), in any batching and partition count, give CandidateEdges
-    the buckets and edges that grouping one element per (scope, band, band hash) gives."""
+def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify, tmp_path):
+    """BandKeys' rows per (scope, partition), in any batching and partition count, as bytes or in a
+    scratch folder's file, give CandidateEdges the buckets and edges that grouping one element per
+    (scope, band, band hash) gives."""
     rng = random.Random(5)
     docs = [dict(d, lang=d.get("lang") or "xx") for d in originals[:60]]
     docs += [dict(d, id=d["id"] + f"-v{i}", text=variant(d, "edit_0.01", rng)) for i, d in enumerate(docs[:30])]
@@ -317,19 +318,24 @@ def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify):
     want = sorted(edge for members in expected.values() if len(members) > 1
                   for edge in nd.bucket_edges(members, min_matches))
     assert len(want) > 30
-    for partitions, batch in ((1, 100), (3, 7), (8, 33)):
-        keys, grouped = BandKeys(cfg, partitions), {}
+    for partitions, batch, scratch in ((1, 100, ""), (3, 7, str(tmp_path)), (8, 33, str(tmp_path))):
+        keys, grouped = BandKeys(cfg, partitions, scratch), {}
+        keys.declared = True  # as Counted sets it
         keys.setup()
+        keys.start_bundle()
         for start in range(0, len(docs), batch):
             for key, value in keys.process(docs[start:start + batch]):
                 grouped.setdefault(key, []).append(value)
+        assert dict(keys._pending)[("near_dedup", "no_shingles")] == 1
+        list(keys.finish_bundle())
         assert {part for _, part in grouped} <= set(range(partitions))
+        assert {type(v) for values in grouped.values() for v in values} == {str if scratch else bytes}
         edges = CandidateEdges(min_matches)
         got = sorted(edge for item in grouped.items() for edge in edges.process(item))
         assert got == want
         counts = dict(edges._pending)
         assert counts[("near_dedup", "candidate_buckets")] == sum(len(m) > 1 for m in expected.values())
-        assert dict(keys._pending)[("near_dedup", "no_shingles")] == 1
+        assert counts[("near_dedup", "edges")] == len(want)
 
 
 # --------------------------------------------------------------------------- quality (Beam)
@@ -497,7 +503,7 @@ def test_documents_reach_the_join_through_the_scratch_folder_or_as_bytes(planted
         scratch = tmp_path / f"{name}-scratch"
         scratch.mkdir()
         assert run_stage(docs, cfg, tmp_path / name, scratch=str(scratch))[:2] == plain[:2]
-        written = sum(p.stat().st_size for p in scratch.glob("*.docs"))
+        written = sum(p.stat().st_size for p in scratch.glob("*.pickles"))
         assert written > sum(len(d["text"]) for d in docs) if room is None else written == 0
 
 
@@ -519,10 +525,10 @@ def test_key_by_id_writes_chunks_and_falls_back_to_bytes_when_a_write_fails(orig
             pass
 
     assert keyed and all(isinstance(ref, str) for _, ref in keyed)  # the first chunks: in the file
-    fn.out.close()
-    fn.out = Full()
+    fn.pickles.out.close()
+    fn.pickles.out = Full()
     keyed += [pair for doc in docs[20:] for pair in fn.process(doc)] + [v.value for v in fn.finish_bundle()]
-    reader = _DocReader()
+    reader = Unpickler()
     assert [doc_id for doc_id, _ in keyed] == [d["id"] for d in docs]
     assert [reader.load(ref) for _, ref in keyed] == docs
     assert isinstance(keyed[-1][1], bytes)  # after the failed write: bytes

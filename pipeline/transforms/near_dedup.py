@@ -145,6 +145,77 @@ class ConnectedComponents(beam.PTransform):
         )
 
 
+Pickled = Union[bytes, str]
+"""An object on its way to a later stage: pickled, or ``<path>@<offset>:<length>`` where its pickle lies
+in a file of the run's scratch folder (:class:`ScratchPickles`)."""
+
+
+class ScratchPickles:
+    """Pickles written to one file of the scratch folder (``RunInfo.scratch``: the DirectRunner's, on
+    the disk every worker shares), for a DoFn's bundle: :meth:`put` gives where each lies, once
+    written, so that only that moves through the runner's data plane. The pickles themselves where
+    there is no scratch folder (other runners), no room (the spill's
+    :func:`~pipeline.readers.spill.budget`, taken when the file is made) or a write fails."""
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch, self.path, self.room = scratch, "", 0
+        self.out: BinaryIO | None = None
+
+    def put(self, blobs: list[bytes]) -> list[Pickled]:
+        size = sum(map(len, blobs))
+        if blobs and self.scratch and not self.path:  # the file, on the first call with something to put
+            self.path, self.room = os.path.join(self.scratch, f"{uuid.uuid4().hex}.pickles"), spill.budget(self.scratch)
+            if self.room:
+                try:
+                    self.out = open(self.path, "wb")
+                except OSError:
+                    pass
+        if self.out is None or size > self.room:
+            return list(blobs)
+        try:
+            start = self.out.tell()
+            self.out.write(b"".join(blobs))
+            self.out.flush()
+        except OSError:  # the disk filled up after all: these and the rest as bytes
+            self.close()
+            return list(blobs)
+        self.room -= size
+        refs: list[Pickled] = []
+        for blob in blobs:
+            refs.append(f"{self.path}@{start}:{len(blob)}")
+            start += len(blob)
+        return refs
+
+    def close(self) -> None:
+        out, self.out = self.out, None
+        if out is not None:
+            try:
+                out.close()
+            except OSError:  # nothing is left unflushed: every put flushed
+                pass
+
+
+class Unpickler:
+    """Objects back from their :data:`Pickled`, each scratch file opened once (until :meth:`close`)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}
+
+    def load(self, ref: Pickled) -> Any:
+        if isinstance(ref, bytes):
+            return pickle.loads(ref)
+        path, _, span = ref.rpartition("@")
+        start, length = (int(n) for n in span.split(":"))
+        if path not in self.files:
+            self.files[path] = os.open(path, os.O_RDONLY)
+        return pickle.loads(os.pread(self.files[path], length, start))
+
+    def close(self) -> None:
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
+
+
 BandRows = tuple[list[str], bytes, bytes, bytes, bytes]
 """A batch's band hashes in one partition of a scope: the documents' ids and signatures (uint32 x
 num_perm each; empty without ``verify``), then per row the document (int32, into those), the band
@@ -152,11 +223,14 @@ num_perm each; empty without ``verify``), then per row the document (int32, into
 
 
 class BandKeys(CountingDoFn):
-    """A batch of documents -> ``((scope, partition), BandRows)`` per partition its band hashes fall in."""
+    """A batch of documents -> ``((scope, partition), BandRows)`` per partition its band hashes fall
+    in, pickled (:class:`ScratchPickles`: in a file of the scratch folder where there is one, so
+    that the rows, each document's signature once per partition, do not go through the driver:
+    0.7 s of its CPU in a 2-worker run of the 50 MB benchmark)."""
 
-    def __init__(self, cfg: NearDupConfig, partitions: int) -> None:
+    def __init__(self, cfg: NearDupConfig, partitions: int, scratch: str = "") -> None:
         super().__init__(NearDedup.name)
-        self.cfg, self.partitions = cfg, partitions
+        self.cfg, self.partitions, self.scratch = cfg, partitions, scratch
 
     def setup(self) -> None:
         # in the worker, whose fork server has imported datasketch (and scipy under it: 0.7 s of
@@ -164,7 +238,15 @@ class BandKeys(CountingDoFn):
         self.bands, self.rows = self.cfg.band_rows()
         _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
 
-    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int], BandRows]]:
+    def start_bundle(self) -> None:
+        super().start_bundle()
+        self.pickles = ScratchPickles(self.scratch)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        self.pickles.close()
+        yield from super().finish_bundle()
+
+    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int], Pickled]]:
         cfg = self.cfg
         kinds: dict[str, list[int]] = {}
         for i, doc in enumerate(batch):
@@ -182,6 +264,7 @@ class BandKeys(CountingDoFn):
             if not empty[i]:
                 scopes.setdefault((doc.get("lang") or "") if cfg.scope == "language" else "", []).append(i)
         width = cfg.num_perm if cfg.verify else 0  # unverified: ids suffice
+        found: list[tuple[tuple[str, int], bytes]] = []
         for scope, members in sorted(scopes.items()):
             index = np.array(members)
             scoped = parts[index]
@@ -189,23 +272,33 @@ class BandKeys(CountingDoFn):
                 doc_at, band_at = np.nonzero(scoped == part)
                 used, local = np.unique(doc_at, return_inverse=True)
                 docs = index[used]
-                yield (scope, int(part)), ([batch[i]["id"] for i in docs], sigs[docs, :width].tobytes(),
-                                           local.astype(np.int32).tobytes(), band_at.astype(np.uint16).tobytes(),
-                                           keys[index[doc_at], band_at].tobytes())
+                rows: BandRows = ([batch[i]["id"] for i in docs], sigs[docs, :width].tobytes(),
+                                  local.astype(np.int32).tobytes(), band_at.astype(np.uint16).tobytes(),
+                                  keys[index[doc_at], band_at].tobytes())
+                found.append(((scope, int(part)), pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)))
         self.count("signatures", len(batch))
+        yield from zip([key for key, _ in found], self.pickles.put([blob for _, blob in found]))
 
 
 class CandidateEdges(CountingDoFn):
-    """A partition's :data:`BandRows` -> the edges of each bucket two or more rows share
+    """A partition's :data:`BandRows` (:class:`BandKeys`'s) -> the edges of each bucket two or more rows share
     (:func:`bucket_edges`). The rows' bands and hashes are read first; ids and signatures only
     for the rows of shared buckets, in a second pass over the partition."""
 
     def __init__(self, min_matches: int | None) -> None:
         super().__init__(NearDedup.name)
         self.min_matches = min_matches
+        self.rows = Unpickler()
 
-    def process(self, item: tuple[tuple[str, int], Iterable[BandRows]]) -> Iterator[tuple[str, str]]:
-        _, parts = item
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        self.rows.close()
+        yield from super().finish_bundle()
+
+    def teardown(self) -> None:
+        self.rows.close()
+
+    def process(self, item: tuple[tuple[str, int], Iterable[Pickled]]) -> Iterator[tuple[str, str]]:
+        parts: list[BandRows] = [self.rows.load(ref) for ref in item[1]]
         bands, keys, sizes = [], [], []
         for _ids, _sigs, _docs, band, key in parts:
             bands.append(np.frombuffer(band, np.uint16))
@@ -291,13 +384,13 @@ class UnionFind(CountingDoFn):
 
 
 class ApplyNearDup(CountingDoFn):
-    """(id, {doc (:class:`KeyById`'s reference), parent, size}) -> the kept document with
+    """(id, {doc (:class:`KeyById`'s), parent, size}) -> the kept document with
     ``minhash_cluster_size``, or a removal."""
 
     def __init__(self, write_removed: bool) -> None:
         super().__init__(NearDedup.name)
         self.write_removed = write_removed
-        self.docs = _DocReader()
+        self.docs = Unpickler()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         self.docs.close()
@@ -325,19 +418,12 @@ class ApplyNearDup(CountingDoFn):
             yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
 
 
-DocRef = Union[bytes, str]
-"""A document on its way to the join: pickled, or ``<path>@<offset>:<length>`` where its pickle lies in
-a file of the run's scratch folder."""
-
-
 class KeyById(beam.DoFn):
-    """Documents -> ``(id, DocRef)``. The join moves every document; as bytes, Beam's coders copy it
-    rather than walk it. With a scratch folder (``RunInfo.scratch``) the pickles go to one file per
-    bundle there instead, written a chunk at a time (a chunk's references leave once it is written),
-    and only where each lies moves: in the FnApiRunner the join's Flatten is a stage of its own, so
-    each document went through the driver four times (0.9 s of that stage and 1.1 s of the driver's
-    CPU in a 2-worker run of the 50 MB benchmark). Bytes where the disk has no room (the spill's
-    :func:`~pipeline.readers.spill.budget`) or a write fails."""
+    """Documents -> ``(id, Pickled)``. The join moves every document; as bytes, Beam's coders copy
+    it rather than walk it. With a scratch folder the pickles wait in files there instead, a chunk
+    at a time, and only where each lies moves: in the FnApiRunner the join's Flatten is a stage of
+    its own, so each document went through the driver four times (0.9 s of that stage and 1.1 s of
+    the driver's CPU in a 2-worker run of the 50 MB benchmark)."""
 
     CHUNK_BYTES = 1 << 20
 
@@ -346,12 +432,11 @@ class KeyById(beam.DoFn):
         self.scratch = scratch
 
     def start_bundle(self) -> None:
-        self.out: BinaryIO | None = None
-        self.path, self.room = "", 0
+        self.pickles = ScratchPickles(self.scratch)
         self.chunk: list[tuple[str, bytes]] = []
         self.size = 0  # of the chunk
 
-    def process(self, doc: Document) -> Iterator[tuple[str, DocRef]]:
+    def process(self, doc: Document) -> Iterator[tuple[str, Pickled]]:
         blob = pickle.dumps(doc, pickle.HIGHEST_PROTOCOL)
         self.chunk.append((doc["id"], blob))
         self.size += len(blob)
@@ -361,59 +446,11 @@ class KeyById(beam.DoFn):
     def finish_bundle(self) -> Iterator[WindowedValue]:
         for keyed in self._flush():
             yield GlobalWindows.windowed_value(keyed)
-        if self.out is not None:
-            self.out.close()
+        self.pickles.close()
 
-    def _flush(self) -> list[tuple[str, DocRef]]:
-        """The chunk's references once it is written; the chunk itself where it cannot be."""
-        chunk, size, self.chunk, self.size = self.chunk, self.size, [], 0
-        if chunk and self.scratch and not self.path:  # the bundle's file, on its first chunk
-            self.path, self.room = os.path.join(self.scratch, f"{uuid.uuid4().hex}.docs"), spill.budget(self.scratch)
-            if self.room:
-                try:
-                    self.out = open(self.path, "wb")
-                except OSError:
-                    pass
-        if self.out is None or size > self.room:
-            return chunk
-        try:
-            start = self.out.tell()
-            self.out.write(b"".join(blob for _, blob in chunk))
-            self.out.flush()
-        except OSError:  # the disk filled up after all: this chunk and the rest as bytes
-            out, self.out = self.out, None
-            try:
-                out.close()
-            except OSError:
-                pass
-            return chunk
-        self.room -= size
-        refs = []
-        for doc_id, blob in chunk:
-            refs.append((doc_id, f"{self.path}@{start}:{len(blob)}"))
-            start += len(blob)
-        return refs
-
-
-class _DocReader:
-    """Documents back from their :data:`DocRef`, each scratch file opened once (until :meth:`close`)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, int] = {}
-
-    def load(self, ref: DocRef) -> Document:
-        if isinstance(ref, bytes):
-            return pickle.loads(ref)
-        path, _, span = ref.rpartition("@")
-        start, length = (int(n) for n in span.split(":"))
-        if path not in self.files:
-            self.files[path] = os.open(path, os.O_RDONLY)
-        return pickle.loads(os.pread(self.files[path], length, start))
-
-    def close(self) -> None:
-        for fd in self.files.values():
-            os.close(fd)
-        self.files.clear()
+    def _flush(self) -> list[tuple[str, Pickled]]:
+        chunk, self.chunk, self.size = self.chunk, [], 0
+        return list(zip([doc_id for doc_id, _ in chunk], self.pickles.put([blob for _, blob in chunk])))
 
 
 class NearDedupTransform(beam.PTransform):
@@ -441,7 +478,7 @@ class NearDedupTransform(beam.PTransform):
             edges = (
                 docs
                 | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
-                | "BandKeys" >> Counted(BandKeys(cfg, self.partitions))
+                | "BandKeys" >> Counted(BandKeys(cfg, self.partitions, self.scratch))
                 | "GroupByPartition" >> beam.GroupByKey()
                 | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
             )
