@@ -216,6 +216,22 @@ class Unpickler:
         self.files.clear()
 
 
+class UnpicklingDoFn(CountingDoFn):
+    """A counting DoFn whose inputs hold :data:`Pickled` objects (``self.unpickler.load``); the
+    scratch files it opened are closed at the end of each bundle."""
+
+    def __init__(self, step: str) -> None:
+        super().__init__(step)
+        self.unpickler = Unpickler()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        self.unpickler.close()
+        yield from super().finish_bundle()
+
+    def teardown(self) -> None:
+        self.unpickler.close()
+
+
 BandRows = tuple[list[str], bytes, bytes, bytes, bytes]
 """A batch's band hashes in one partition of a scope: the documents' ids and signatures (uint32 x
 num_perm each; empty without ``verify``), then per row the document (int32, into those), the band
@@ -280,7 +296,7 @@ class BandKeys(CountingDoFn):
         yield from zip([key for key, _ in found], self.pickles.put([blob for _, blob in found]))
 
 
-class CandidateEdges(CountingDoFn):
+class CandidateEdges(UnpicklingDoFn):
     """A partition's :data:`BandRows` (:class:`BandKeys`'s) -> the edges of each bucket two or more rows share
     (:func:`bucket_edges`). The rows' bands and hashes are read first; ids and signatures only
     for the rows of shared buckets, in a second pass over the partition."""
@@ -288,17 +304,9 @@ class CandidateEdges(CountingDoFn):
     def __init__(self, min_matches: int | None) -> None:
         super().__init__(NearDedup.name)
         self.min_matches = min_matches
-        self.rows = Unpickler()
-
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        self.rows.close()
-        yield from super().finish_bundle()
-
-    def teardown(self) -> None:
-        self.rows.close()
 
     def process(self, item: tuple[tuple[str, int], Iterable[Pickled]]) -> Iterator[tuple[str, str]]:
-        parts: list[BandRows] = [self.rows.load(ref) for ref in item[1]]
+        parts: list[BandRows] = [self.unpickler.load(ref) for ref in item[1]]
         bands, keys, sizes = [], [], []
         for _ids, _sigs, _docs, band, key in parts:
             bands.append(np.frombuffer(band, np.uint16))
@@ -383,27 +391,19 @@ class UnionFind(CountingDoFn):
             yield beam.pvalue.TaggedOutput("size", (kept, size))
 
 
-class ApplyNearDup(CountingDoFn):
+class ApplyNearDup(UnpicklingDoFn):
     """(id, {doc (:class:`KeyById`'s), parent, size}) -> the kept document with
     ``minhash_cluster_size``, or a removal."""
 
     def __init__(self, write_removed: bool) -> None:
         super().__init__(NearDedup.name)
         self.write_removed = write_removed
-        self.docs = Unpickler()
-
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        self.docs.close()
-        yield from super().finish_bundle()
-
-    def teardown(self) -> None:
-        self.docs.close()
 
     def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
         _, grouped = item
         parents, sizes = list(grouped["parent"]), list(grouped["size"])
         for ref in grouped["doc"]:
-            doc = self.docs.load(ref)
+            doc = self.unpickler.load(ref)
             self.count("documents_in")
             if parents:
                 self.count("near_duplicate")
