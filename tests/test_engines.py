@@ -406,6 +406,7 @@ def test_dofn_specs_are_found_once_per_dofn_and_are_beams():
     assert {spec.name for spec in userstate.get_dofn_specs(stateful)[0]} == {"bag"}
     userstate.validate_stateful_dofn(stateful)  # Beam's own check of a stateful DoFn, on the cached specs
 
+
 def test_graph_building_leaves_datasketch_to_the_workers():
     """The near-dup graph is built without importing datasketch (scipy under it: 0.7 s of the
     driver); the band layout is derived in the workers' ``setup``."""

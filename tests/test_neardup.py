@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import random
 import re
 import unicodedata
@@ -22,7 +23,7 @@ from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
 from pipeline.readers import spill
 from pipeline.transforms.near_dedup import (BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform,
-                                            Unpickler)
+                                            ScratchPickles, Unpickler)
 from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
@@ -532,6 +533,20 @@ def test_key_by_id_writes_chunks_and_falls_back_to_bytes_when_a_write_fails(orig
     assert [doc_id for doc_id, _ in keyed] == [d["id"] for d in docs]
     assert [reader.load(ref) for _, ref in keyed] == docs
     assert isinstance(keyed[-1][1], bytes)  # after the failed write: bytes
+    reader.close()
+
+
+def test_unpickler_keeps_few_files_open_and_none_in_a_copy(tmp_path):
+    import copy
+
+    first, second = ScratchPickles(str(tmp_path)), ScratchPickles(str(tmp_path))
+    refs = first.put([pickle.dumps(i) for i in range(3)]) + second.put([pickle.dumps("x")])
+    first.close(), second.close()
+    assert len({ref.rpartition("@")[0] for ref in refs}) == 2
+    reader = Unpickler()
+    reader.OPEN_FILES = 1
+    assert [reader.load(ref) for ref in refs + refs[:1]] == [0, 1, 2, "x", 0]
+    assert len(reader.files) == 1 and copy.deepcopy(reader).files == {}
     reader.close()
 
 

@@ -437,7 +437,7 @@ def test_matplotlib_is_preloaded_only_while_the_driver_waits_on_other_processes(
 
     calls: list[int] = []
     monkeypatch.setattr(run, "preload_report", lambda: calls.append(1))
-    monkeypatch.setattr(run.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1})
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", wet, "--output", str(tmp_path / "out"),
                    "--set", f"beam_options={beam_options}", "--set", "steps=[lid]") == 0

@@ -42,6 +42,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
 from pipeline.steps import minhash  # noqa: E402
+from pipeline.steps.base import RunInfo  # noqa: E402
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig  # noqa: E402
 from pipeline.transforms.near_dedup import NearDedupTransform  # noqa: E402
 from pipeline.readers.warc import RecordReader  # noqa: E402
@@ -138,7 +139,7 @@ def time_beam(path: Path, cfg: NearDupConfig, stage: bool) -> tuple[Seconds, int
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         docs = p | beam.io.ReadFromText(str(path)) | beam.Map(json.loads)
         if stage:
-            docs = (docs | NearDedupTransform(NearDedup(cfg))).main
+            docs = (docs | NearDedupTransform(NearDedup(cfg, RunInfo()))).main
         _ = docs | beam.combiners.Count.Globally() | beam.io.WriteToText(str(out), shard_name_template="")
     return clock() - start, int(out.read_text().strip())
 

@@ -196,10 +196,16 @@ class ScratchPickles:
 
 
 class Unpickler:
-    """Objects back from their :data:`Pickled`, each scratch file opened once (until :meth:`close`)."""
+    """Objects back from their :data:`Pickled`, each scratch file opened once (until :meth:`close`,
+    or until :data:`OPEN_FILES` are open); its open files are not copied with it."""
+
+    OPEN_FILES = 64
 
     def __init__(self) -> None:
         self.files: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"files": {}}
 
     def load(self, ref: Pickled) -> Any:
         if isinstance(ref, bytes):
@@ -207,6 +213,8 @@ class Unpickler:
         path, _, span = ref.rpartition("@")
         start, length = (int(n) for n in span.split(":"))
         if path not in self.files:
+            if len(self.files) >= self.OPEN_FILES:
+                self.close()
             self.files[path] = os.open(path, os.O_RDONLY)
         return pickle.loads(os.pread(self.files[path], length, start))
 
@@ -261,6 +269,10 @@ class BandKeys(CountingDoFn):
     def finish_bundle(self) -> Iterator[WindowedValue]:
         self.pickles.close()
         yield from super().finish_bundle()
+
+    def teardown(self) -> None:  # after a bundle that failed
+        if hasattr(self, "pickles"):
+            self.pickles.close()
 
     def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int], Pickled]]:
         cfg = self.cfg
@@ -447,6 +459,10 @@ class KeyById(beam.DoFn):
         for keyed in self._flush():
             yield GlobalWindows.windowed_value(keyed)
         self.pickles.close()
+
+    def teardown(self) -> None:  # after a bundle that failed
+        if hasattr(self, "pickles"):
+            self.pickles.close()
 
     def _flush(self) -> list[tuple[str, Pickled]]:
         chunk, self.chunk, self.size = self.chunk, [], 0

@@ -134,6 +134,9 @@ def _stashed_shards(item: tuple[tuple[str, str], Stashed], totals: dict[tuple[st
         yield (lang, bucket, 0), part
         return
     split = list(shards.split_by_shard(unstash(part), n))
+    if len(split) == 1:  # all its rows in one shard: the part as it is
+        yield (lang, bucket, split[0][0]), part
+        return
     for (shard, _), stashed in zip(split, stash([table for _, table in split], scratch)):
         yield (lang, bucket, shard), stashed
 
