@@ -156,9 +156,10 @@ def preload_fits(options: PipelineOptions, local: bool) -> bool:
     """Whether the report's matplotlib import (0.7-0.9 s of CPU) should run in a thread of the
     driver during the pipeline rather than after it: only where the workers are other processes (in
     the driver's own process it would take the GIL from them) and, where they run on this machine
-    (``local``), a core is left over for it (of those this process may run on). Without one, the import took the CPU it saved from the
-    workers, and its share of the GIL from the driver's serial work before them (the graph's proto,
-    the first stage: 0.23-0.30 s against 0.08 s to the first bundle at 2 workers on 2 cores)."""
+    (``local``), a core is left over for it, of those this process may run on. Without one, the
+    import took the CPU it saved from the workers, and its share of the GIL from the driver's
+    serial work before them (the graph's proto, the first stage: 0.23-0.30 s against 0.08 s to the
+    first bundle at 2 workers on 2 cores)."""
     if not local:
         return True
     direct = options.view_as(DirectOptions)

@@ -96,7 +96,8 @@ def test_duplicates_are_those_of_a_sort_by_hash_then_position(policy):
         docs, lines = (positions // 30).astype(np.uint32), (positions % 30).astype(np.uint32)
         table = Occurrences(rng.integers(0, 500, n).astype(np.uint64), docs, lines)
         if f == 2:  # in two pieces, the second first
-            tables += [(int(f), Occurrences(*(a[n // 2:] for a in table))), (int(f), Occurrences(*(a[:n // 2] for a in table)))]
+            tables += [(int(f), Occurrences(*(a[n // 2:] for a in table))),
+                       (int(f), Occurrences(*(a[:n // 2] for a in table)))]
         elif f == 0:  # rows out of position order
             tables.append((int(f), Occurrences(*(a[::-1].copy() for a in table))))
         else:
@@ -113,7 +114,8 @@ def test_duplicates_are_those_of_a_sort_by_hash_then_position(policy):
         again_in_doc = (h, f, d) in seen
         seen.add((h, f, d))
         first = first_of_hash.setdefault(h, (f, d, line)) == (f, d, line)
-        if (policy == "keep_first" and not first) or (policy == "drop_all" and (again_in_doc or len(docs_of_hash[h]) > 1)):
+        dropped_copy = again_in_doc or len(docs_of_hash[h]) > 1
+        if (policy == "keep_first" and not first) or (policy == "drop_all" and dropped_copy):
             expected.setdefault(f, set()).add((d, line))
     got = {f: set(zip(d.tolist(), line.tolist())) for f, (d, line) in duplicates(tables, policy).items()}
     assert got == expected and sum(map(len, got.values())) > 100
