@@ -22,8 +22,8 @@ from pipeline.util.errors import UserError
 from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
 from pipeline.readers import spill
-from pipeline.transforms.near_dedup import (BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform,
-                                            ScratchPickles, Unpickler)
+from pipeline.transforms.near_dedup import BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform
+from pipeline.transforms.scratch import ScratchPickles, Unpickler
 from pipeline.readers.warc import RecordReader
 
 MASK = (1 << 64) - 1
