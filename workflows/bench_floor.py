@@ -25,7 +25,10 @@ paragraphs out, band and join the near-duplicates, shard by language and write s
 its time is run.json's ``elapsed_s`` (the graph built and run; not the checks before nor the
 report after), at each worker count ``--workers`` names (1 and 2 by default). Run inside this
 process instead, after the floor, the same chain took 20-50 % longer (95 s against 79 s at 1
-worker, one pair). ``floor / time`` is printed per run (for n workers against the floor divided by
+worker, one pair). Each run's CPU seconds in Python processes (driver, fork server, workers; the
+whole command, its imports and report included) are sampled too, and the round's floor as a share
+of them printed: the part of the gap to the floor that is work beyond it, on any core, rather than
+cores left idle (serial stages, one worker waiting for the other). ``floor / time`` is printed per run (for n workers against the floor divided by
 n: n cores busy), best against best over ``--repeat`` rounds, and each round's runs against that
 round's own floor (the machine's speed per core can swing within minutes: the `predict` floor
 took 11.3 s and 17.3 s an hour apart here, so a best floor from one round against a best run from
@@ -47,7 +50,7 @@ import time
 from pathlib import Path
 
 from bench_perplexity import ensure_models
-from bench_pipeline import ROOT, SAMPLE_CONFIG, STEPS, after_dedup, bench_config, bench_sets, build_input
+from bench_pipeline import ROOT, SAMPLE_CONFIG, STEPS, CpuUse, after_dedup, bench_config, bench_sets, build_input
 from pipeline.output import shards
 from pipeline.steps.lid import LanguageIdentifier, script_block
 from pipeline.steps import minhash
@@ -120,16 +123,19 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
     return seconds
 
 
-def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str, extra: list[str]) -> float:
-    """``python -m pipeline run`` on ``inputs`` in a new process; the ``elapsed_s`` of its run.json."""
+def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str, extra: list[str]) -> tuple[float, float]:
+    """``python -m pipeline run`` on ``inputs`` in a new process: the ``elapsed_s`` of its run.json,
+    and the CPU seconds of the Python processes meanwhile (its driver, fork server and workers, over
+    the whole command: imports and report included)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(SAMPLE_CONFIG), "--output", str(out),
                *(f"--input={path}" for path in inputs), *(f"--set={s}" for s in bench_sets(workers, steps, extra))]
-    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with CpuUse() as cpu:
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:  # its stderr is Beam's warnings otherwise
         sys.exit(f"pipeline run failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     with open(out / "run.json") as f:
-        return json.load(f)["elapsed_s"]
+        return json.load(f)["elapsed_s"], cpu.by_kind.get("python", 0.0)
 
 
 def main() -> None:
@@ -156,14 +162,19 @@ def main() -> None:
         steps, extra = "[dedup, lid, near_dedup, perplexity]", [f"perplexity.models={work / 'lm'}"]
     best: dict[str, float] = {}
     rounds: list[dict[str, float]] = []  # each round's floor and runs: the machine's speed drifts between rounds
+    own_cpu: dict[str, list[float]] = {}  # per run and round: the round's floor / the run's CPU seconds
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     for round_ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             times = floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra))
         print(f"round {round_ + 1}: floor " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
+        floor_sum = sum(times.values())
         for workers in counts:
-            times[run_name(workers)] = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
-            print(f"round {round_ + 1}: {run_name(workers)}: {times[run_name(workers)]:.1f} s", flush=True)
+            name = run_name(workers)
+            times[name], cpu = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
+            own_cpu.setdefault(name, []).append(floor_sum / cpu)
+            print(f"round {round_ + 1}: {name}: {times[name]:.1f} s; {cpu:.1f} CPU-s in its Python processes, "
+                  f"{own_cpu[name][-1]:.0%} of them the round's floor", flush=True)
         rounds.append(times)
         for name, seconds in times.items():
             best[name] = min(best.get(name, seconds), seconds)
@@ -176,7 +187,8 @@ def main() -> None:
         own = [sum(r[s] for s in stages) / workers / r[name] for r in rounds]
         print(f"{name}: {best[name]:.1f} s, {total / workers / best[name]:.0%} of the floor (best against best); "
               f"each round against its own floor: " + ", ".join(f"{share:.0%}" for share in own)
-              + f" (median {statistics.median(own):.0%})")
+              + f" (median {statistics.median(own):.0%}); the floor is {statistics.median(own_cpu[name]):.0%} of "
+              f"its CPU seconds (median of rounds: the rest is work beyond the floor, on any core)")
 
 
 def run_name(workers: int) -> str:

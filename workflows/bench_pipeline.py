@@ -30,11 +30,13 @@ import os
 import random
 import shutil
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Iterator
 
+import psutil
 from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
 
@@ -74,6 +76,53 @@ def vary(text: str, rng: random.Random) -> str:
             tokens[rng.randrange(len(tokens))] = rng.choice(words)
         out.append(" ".join(tokens))
     return "\n".join(out)
+
+
+class CpuUse(threading.Thread):
+    """CPU seconds by kind of process (``java``, ``python``, ``other``) while it runs, and the busy
+    share of all cores. A process is sampled every ``interval`` s: one that ends between two
+    samples loses at most that much of its CPU time."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.done = interval, threading.Event()
+        self.start_cpu: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.machine = psutil.cpu_times()
+
+    def sample(self) -> dict[int, tuple[str, float]]:
+        seen = {}
+        for proc in psutil.process_iter(["name", "cpu_times"]):
+            times, name = proc.info["cpu_times"], proc.info["name"] or ""
+            if times is not None:
+                kind = "java" if name == "java" else "python" if name.startswith("python") else "other"
+                seen[proc.pid] = kind, times.user + times.system
+        return seen
+
+    def __enter__(self) -> "CpuUse":
+        self.start_cpu = {pid: cpu for pid, (_, cpu) in self.sample().items()}
+        self.machine = psutil.cpu_times()
+        self.start()
+        return self
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            self.last.update(self.sample())
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.join()
+        self.last.update(self.sample())
+        now = psutil.cpu_times()
+        busy = [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in (self.machine, now)]
+        self.busy_share = (busy[1] - busy[0]) / ((sum(now) - sum(self.machine)) or 1)
+        self.by_kind: dict[str, float] = {}
+        for pid, (kind, cpu) in self.last.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + cpu - self.start_cpu.get(pid, 0.0)
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{kind} {self.by_kind.get(kind, 0.0):.0f}" for kind in ("python", "java", "other"))
+        return f"CPU s: {kinds}; cores busy {self.busy_share:.0%}"
 
 
 def build_input(sample: Path, work: Path, target_mb: float, files: int = 8) -> list[str]:
