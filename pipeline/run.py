@@ -152,19 +152,24 @@ def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
         step.prepare()
 
 
-def preload_fits(options: PipelineOptions, local: bool) -> bool:
+def preload_fits(options: PipelineOptions, runner: str) -> bool:
     """Whether the report's matplotlib import (0.7-0.9 s of CPU) should run in a thread of the
     driver during the pipeline rather than after it: only where the workers are other processes (in
     the driver's own process it would take the GIL from them) and, where they run on this machine
-    (``local``), a core is left over for it, of those this process may run on. Without one, the
-    import took the CPU it saved from the workers, and its share of the GIL from the driver's
-    serial work before them (the graph's proto, the first stage: 0.23-0.30 s against 0.08 s to the
-    first bundle at 2 workers on 2 cores)."""
-    if not local:
-        return True
-    direct = options.view_as(DirectOptions)
+    (the DirectRunner's, a Dask LocalCluster's), a core is left over for it, of those this process
+    may run on. Without one, the import took the CPU it saved from the workers, and its share of
+    the GIL from the driver's serial work before them (the graph's proto, the first stage:
+    0.23-0.30 s against 0.08 s to the first bundle at 2 workers on 2 cores)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return direct.direct_running_mode == "multi_processing" and cores > (direct.direct_num_workers or cores)
+    if runner in LOCAL_NAMES:
+        direct = options.view_as(DirectOptions)
+        return direct.direct_running_mode == "multi_processing" and cores > (direct.direct_num_workers or cores)
+    if runner in DASK_NAMES:
+        from .runners.dask_runner import local_workers
+
+        workers = local_workers(options)
+        return workers is None or cores > workers
+    return True
 
 
 def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
@@ -213,7 +218,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
     scratch = tempfile.mkdtemp(prefix="polyglot-scratch-") if local else ""
     build_pipeline(pipeline, cfg, list(files), steps, scratch)
-    if not build_only and preload_fits(options, local):
+    if not build_only and preload_fits(options, cfg.runner):
         preload_report()
     try:
         result = pipeline.run()

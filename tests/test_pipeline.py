@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
 from pipeline.output.shards import SCHEMA, read_shard
+from pipeline.runners.options import pipeline_options
 from pipeline.steps.base import Drop, RunInfo, Step
 from pipeline.transforms.counting import COUNTS, Counted, total_counts
 
@@ -442,3 +444,20 @@ def test_matplotlib_is_preloaded_only_while_the_driver_waits_on_other_processes(
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", wet, "--output", str(tmp_path / "out"),
                    "--set", f"beam_options={beam_options}", "--set", "steps=[lid]") == 0
     assert calls == ([1] if preloaded else [])
+
+
+@pytest.mark.parametrize("runner, flags, preloaded", [
+    ("DaskRunner", ["--dask_num_workers=1"], True),  # a LocalCluster of 1 worker on 2 cores: one left over
+    ("DaskRunner", ["--dask_num_workers=2"], False),
+    ("DaskRunner", [], False),  # a LocalCluster's default: a worker per core
+    ("DaskRunner", ["--dask_client_address=tcp://10.0.0.5:8786"], True),  # the workers are elsewhere
+    ("DataflowRunner", [], True),
+    ("DirectRunner", ["--direct_running_mode=multi_processing", "--direct_num_workers=1"], True),
+    ("DirectRunner", ["--direct_num_workers=1"], False),  # in the driver's process
+])
+def test_matplotlib_is_preloaded_only_where_a_core_is_left_for_it(monkeypatch, runner, flags, preloaded):
+    import pipeline.run as run
+
+    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert run.preload_fits(pipeline_options(runner, flags), runner) is preloaded

@@ -670,7 +670,7 @@ def store_options_plugin(options: PipelineOptions) -> Any:
     return StoreOptions(options.get_all_options(drop_default=True))
 
 
-def local_cluster(workers: int | None) -> Any:
+def local_cluster(workers: int) -> Any:
     """A LocalCluster of worker processes (one thread each) listening on 127.0.0.1 only, no dashboard.
 
     Its workers are forked from the fork server (``prefork.start_fork_server``), which has Beam,
@@ -690,8 +690,25 @@ def local_cluster(workers: int | None) -> Any:
     forked = prefork.start_fork_server([*forkserver.preloaded(), "distributed", __name__])
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn",
                           "distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 100}):
-        return LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                             host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+
+
+def client_options(options: PipelineOptions) -> dict[str, Any]:
+    """Beam's Dask options for ``distributed.Client`` (those the user set), and the scheduler they
+    name under ``address`` or ``scheduler_file``, if any."""
+    dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
+    beam_dask.DaskOptions._extract_bag_kwargs(dask_options)  # partition options: Create's, not the client's
+    return dask_options
+
+
+def local_workers(options: PipelineOptions) -> int | None:
+    """The worker processes of the LocalCluster :func:`connect` starts for these options on this
+    machine; None where they name a running scheduler (its workers are anywhere)."""
+    named = client_options(options)
+    if named.get("address") or named.get("scheduler_file"):
+        return None
+    return options.view_as(LocalDaskOptions).dask_num_workers or os.cpu_count() or 1
 
 
 def connect(options: PipelineOptions) -> tuple[Any, Any]:
@@ -699,12 +716,11 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
     from dask.distributed import Client
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # importing it set INFO: cluster start/stop lines
-    dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
-    beam_dask.DaskOptions._extract_bag_kwargs(dask_options)  # partition options: Create's, not the client's
-    where = dask_options.get("address") or dask_options.get("scheduler_file")
-    if not where:
-        cluster = local_cluster(options.view_as(LocalDaskOptions).dask_num_workers)
+    dask_options, workers = client_options(options), local_workers(options)
+    if workers is not None:
+        cluster = local_cluster(workers)
         return Client(cluster, **dask_options), cluster
+    where = dask_options.get("address") or dask_options.get("scheduler_file")
     try:
         return Client(**dask_options), None
     except (OSError, ValueError) as exc:  # distributed raises OSError on a timeout or refused connection
