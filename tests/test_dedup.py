@@ -165,3 +165,18 @@ def test_beam_two_pass_dedup_on_wet_files(policy, group_files, tmp_path):
         step = ParagraphDedup(DedupConfig(policy=policy, min_length=10, group_files=group_files), RunInfo(len(paths)))
         out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
         assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))
+
+
+def test_occurrences_reach_find_duplicates_through_the_scratch_folder(tmp_path):
+    """With a scratch folder (the DirectRunner's) HashFile's tables wait in files there and only
+    where each lies goes to FindDuplicates: the same documents as with the tables themselves."""
+    paths = write_wet(tmp_path)
+    expected = [(k, v) for k, v in EXPECTED["drop_all"].items() if len(v) >= 10]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+        files = p | beam.Create(list(enumerate(paths)))
+        step = ParagraphDedup(DedupConfig(policy="drop_all", min_length=10), RunInfo(len(paths), scratch=str(scratch)))
+        out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
+        assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))
+    assert sum(path.stat().st_size for path in scratch.glob("*.pickles")) > 0

@@ -22,7 +22,7 @@ from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
 from ..steps.words import tokenizer_for
 from .apply import REMOVED, removed_record
 from .counting import MAIN, Counted, CountingDoFn
-from .scratch import Pickled, ScratchPickles, UnpicklingDoFn
+from .scratch import Pickled, PicklingDoFn, UnpicklingDoFn
 
 
 class _Star(beam.DoFn):
@@ -149,7 +149,7 @@ num_perm each; empty without ``verify``), then per row the document (int32, into
 (uint16) and the band hash (int64)."""
 
 
-class BandKeys(CountingDoFn):
+class BandKeys(PicklingDoFn, CountingDoFn):
     """A batch of documents -> ``((scope, partition), BandRows)`` per partition its band hashes fall
     in, pickled (:class:`ScratchPickles`: in a file of the scratch folder where there is one, so
     that the rows, each document's signature once per partition, do not go through the driver:
@@ -164,18 +164,6 @@ class BandKeys(CountingDoFn):
         # the driver's graph building otherwise)
         self.bands, self.rows = self.cfg.band_rows()
         _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
-
-    def start_bundle(self) -> None:
-        super().start_bundle()
-        self.pickles = ScratchPickles(self.scratch)
-
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        self.pickles.close()
-        yield from super().finish_bundle()
-
-    def teardown(self) -> None:  # after a bundle that failed
-        if hasattr(self, "pickles"):
-            self.pickles.close()
 
     def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, int], Pickled]]:
         cfg = self.cfg
@@ -208,7 +196,7 @@ class BandKeys(CountingDoFn):
                                   keys[index[doc_at], band_at].tobytes())
                 found.append(((scope, int(part)), pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)))
         self.count("signatures", len(batch))
-        yield from zip([key for key, _ in found], self.pickles.put([blob for _, blob in found]))
+        yield from self.put(found)
 
 
 class CandidateEdges(UnpicklingDoFn):
@@ -333,7 +321,7 @@ class ApplyNearDup(UnpicklingDoFn):
             yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
 
 
-class KeyById(beam.DoFn):
+class KeyById(PicklingDoFn):
     """Documents -> ``(id, Pickled)``. The join moves every document; as bytes, Beam's coders copy
     it rather than walk it. With a scratch folder the pickles wait in files there instead, a chunk
     at a time, and only where each lies moves: in the FnApiRunner the join's Flatten is a stage of
@@ -347,7 +335,7 @@ class KeyById(beam.DoFn):
         self.scratch = scratch
 
     def start_bundle(self) -> None:
-        self.pickles = ScratchPickles(self.scratch)
+        super().start_bundle()
         self.chunk: list[tuple[str, bytes]] = []
         self.size = 0  # of the chunk
 
@@ -358,18 +346,14 @@ class KeyById(beam.DoFn):
         if self.size >= self.CHUNK_BYTES:
             yield from self._flush()
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        for keyed in self._flush():
-            yield GlobalWindows.windowed_value(keyed)
-        self.pickles.close()
-
-    def teardown(self) -> None:  # after a bundle that failed
-        if hasattr(self, "pickles"):
-            self.pickles.close()
+    def finish_bundle(self) -> list[WindowedValue]:
+        flushed = [GlobalWindows.windowed_value(keyed) for keyed in self._flush()]
+        super().finish_bundle()
+        return flushed
 
     def _flush(self) -> list[tuple[str, Pickled]]:
         chunk, self.chunk, self.size = self.chunk, [], 0
-        return list(zip([doc_id for doc_id, _ in chunk], self.pickles.put([blob for _, blob in chunk])))
+        return list(self.put(chunk))
 
 
 class NearDedupTransform(beam.PTransform):

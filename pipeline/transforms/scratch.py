@@ -1,21 +1,23 @@
 """Objects between stages through the run's scratch folder (``RunInfo.scratch``: the DirectRunner's,
 on the disk every worker shares): pickled into one file per bundle there, only where each lies
-moving through the runner's data plane; as the pickles themselves on other runners. Used by
-near-dup for its band rows and for the documents waiting for its join (the write's tables go the
-same way as Arrow streams, ``transforms.write.stash``)."""
+moving through the runner's data plane; as the pickles themselves on other runners. Used by exact
+dedup for its paragraph occurrences, and by near-dup for its band rows and for the documents
+waiting for its join (the write's tables go the same way as Arrow streams, ``transforms.write.stash``)."""
 from __future__ import annotations
 
 import os
 import pickle
 import uuid
-from typing import Any, BinaryIO, Iterator, Union
+from typing import Any, BinaryIO, Iterable, Iterator, TypeVar, Union
 
+import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..readers import spill
 from .counting import CountingDoFn
 
 
+K = TypeVar("K")
 Pickled = Union[bytes, str]
 """An object on its way to a later stage: pickled, or ``<path>@<offset>:<length>`` where its pickle lies
 in a file of the run's scratch folder (:class:`ScratchPickles`)."""
@@ -64,6 +66,30 @@ class ScratchPickles:
                 out.close()
             except OSError:  # nothing is left unflushed: every put flushed
                 pass
+
+
+class PicklingDoFn(beam.DoFn):
+    """A DoFn whose outputs hold :data:`Pickled` objects, written by a :class:`ScratchPickles` of
+    its bundle into the scratch folder ``self.scratch`` (set by the subclass; empty: the pickles
+    themselves). Cooperative: a counting subclass's ``finish_bundle`` still yields its counts."""
+
+    scratch: str
+
+    def start_bundle(self) -> Any:
+        self.pickles = ScratchPickles(self.scratch)
+        return super().start_bundle()
+
+    def finish_bundle(self) -> Any:
+        self.pickles.close()
+        return super().finish_bundle()
+
+    def teardown(self) -> None:  # after a bundle that failed
+        if hasattr(self, "pickles"):
+            self.pickles.close()
+
+    def put(self, keyed: list[tuple[K, bytes]]) -> Iterable[tuple[K, Pickled]]:
+        """``(key, pickle)`` pairs as ``(key, Pickled)``, written in one go."""
+        return zip([key for key, _ in keyed], self.pickles.put([blob for _, blob in keyed]))
 
 
 class Unpickler:
