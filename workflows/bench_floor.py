@@ -18,7 +18,8 @@ the floor:
   * MinHash: the vectorized signatures (``minhash.signatures``, one call per shingle kind) of the
     text near-dup sees (after LID);
   * perplexity: CCNet's normalization, SentencePiece pieces and the KenLM score of every document
-    whose language has a model (``perplexity.document_perplexity``).
+    whose language has a model (``perplexity.document_perplexity``), the documents first sorted
+    by language (the sort timed too; one language's models in a row: about 0.8x the time).
 The floor leaves out what a chain must also do: find the duplicates among the hashes, cut the
 paragraphs out, band and join the near-duplicates, shard by language and write stats.
 ``pipeline run`` is the command a user types (``python -m pipeline run``), each run in a new process;
@@ -108,11 +109,12 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
     if "perplexity" in cfg.steps:
         scorer = PerplexityScorer(cfg.section("perplexity"))
         scorer.prepare()
-        scored = [(doc["text"], scorer.models(doc["lang"])) for doc in kept]  # models loaded untimed
+        for doc in kept:  # models loaded untimed
+            scorer.models(doc["lang"])
         start = time.perf_counter()
-        for text, models in scored:
-            if models:
-                document_perplexity(text, *models)
+        for doc in sorted(kept, key=scorer.order_key):
+            if models := scorer.models(doc["lang"]):
+                document_perplexity(doc["text"], *models)
         seconds["perplexity"] = time.perf_counter() - start
     start = time.perf_counter()
     table = shards.docs_to_table(kept)

@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import io
 import logging
+import operator
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -204,6 +205,12 @@ class PerplexityScorer(Step):
                 "model_load_failed", "no_cutoff")
     provides = ("perplexity", "bucket")
     worker_modules = ("kenlm", "sentencepiece")
+    order_key = operator.itemgetter("lang")
+    """One language's SentencePiece and KenLM models in a row keep their tables in the CPU caches:
+    the benchmark's 45,832 kept documents, shuffled, scored in blocks of 8,192 took 0.81x the time
+    sorted by language than in input order (A-B-B-A per block, sorted faster in 6 of 6 blocks;
+    blocks of 256: 0.85x, faster in 163 of 180)."""
+    chunk_docs = 8192
 
     def __init__(self, cfg: PerplexityConfig, run: RunInfo = RunInfo(), languages: list[str] | None = None,
                  cutoffs: dict[str, list[float]] | None = None) -> None:
