@@ -217,10 +217,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         raise UserError(f"{exc}{ours}") from None
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
     scratch = tempfile.mkdtemp(prefix="polyglot-scratch-") if local else ""
-    build_pipeline(pipeline, cfg, list(files), steps, scratch)
-    if not build_only and preload_fits(options, cfg.runner):
-        preload_report()
     try:
+        build_pipeline(pipeline, cfg, list(files), steps, scratch)
+        if not build_only and preload_fits(options, cfg.runner):
+            preload_report()
         result = pipeline.run()
         if build_only:  # with --template_location the job and what it needs are staged, not run
             return {"built_only": template or "(--dry_run: not staged)"}
@@ -237,7 +237,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         if error is not None:
             raise error from None
         raise
-    finally:
+    finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]

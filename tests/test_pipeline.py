@@ -292,6 +292,28 @@ def test_a_failed_overwrite_leaves_the_previous_corpus_and_a_good_one_replaces_i
     assert after == all_digests(tmp_path / "fresh") != before  # the new corpus, and no file of the old one
 
 
+def test_a_graph_that_fails_to_build_leaves_no_folder_behind(sample, tmp_path, monkeypatch, capsys):
+    """A step whose composite raises while the graph is built (a user's plugin, say) is one error
+    line; the staging folder, the scratch folder and Beam's own temporary folder are all removed
+    (Beam removes its folder only in ``run()``)."""
+    import tempfile
+
+    import pipeline.run
+    from pipeline.util.errors import UserError
+
+    def broken(*args, **kwargs):
+        raise UserError("steps: my_filter's transform failed to build")
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(pipeline.run, "build_pipeline", broken)
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    assert run_cli("--input", wet, "--output", str(tmp_path / "out")) == 2
+    assert "my_filter's transform failed to build" in capsys.readouterr().err
+    assert list(temp.iterdir()) == [] and not list(tmp_path.glob("out/*"))
+
+
 def test_uncompressed_and_gzip_records_round_trip(tmp_path):
     body = ("Ein vollständiger deutscher Absatz über die Einstellungen der Textverarbeitung, "
             "der lang genug ist, um erkannt zu werden und die Mindestlänge zu erreichen. ") * 4
