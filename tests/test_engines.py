@@ -20,7 +20,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindows
-from conftest import ROOT, free_port, gz, warc_record
+from conftest import ROOT, free_port, gz, wait_for_port, warc_record
 
 from pipeline.__main__ import main
 from pipeline.output.layout import RUN_FILE
@@ -546,6 +546,7 @@ def test_portable_external_sdk_worker_process_writes_the_same_bytes(planted, tmp
     pool = subprocess.Popen([str(PY), "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_for_port(port, "Beam's worker pool", timeout=60)  # it imports Beam first: slow on a busy machine
         digests = run(planted["config"], tmp_path, "--runner", "PortableRunner", "--job_endpoint", "embed",
                       "--environment_type", "EXTERNAL", "--environment_config", f"127.0.0.1:{port}",
                       "--sdk_worker_parallelism", "2")
