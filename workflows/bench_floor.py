@@ -33,7 +33,9 @@ cores left idle (serial stages, one worker waiting for the other). ``floor / tim
 n: n cores busy), best against best over ``--repeat`` rounds, and each round's runs against that
 round's own floor (the machine's speed per core can swing within minutes: the `predict` floor
 took 11.3 s and 17.3 s an hour apart here, so a best floor from one round against a best run from
-another says little). The machine's speed per core is printed as the time of a fixed
+another says little). A round times the floor before its runs and again after them, and takes
+the mean of the two, so that a drift of the machine's speed across the round cancels; its runs
+go in the order of ``--workers`` in odd rounds and the reverse in even ones. The machine's speed per core is printed as the time of a fixed
 10-million-addition Python loop, to compare figures taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
@@ -165,25 +167,35 @@ def main() -> None:
     best: dict[str, float] = {}
     rounds: list[dict[str, float]] = []  # each round's floor and runs: the machine's speed drifts between rounds
     own_cpu: dict[str, list[float]] = {}  # per run and round: the round's floor / the run's CPU seconds
+    config = bench_config(inputs, str(work / "unused"), 1, steps, extra)
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     for round_ in range(args.repeat):
-        with tempfile.TemporaryDirectory(dir=work) as tmp:
-            times = floor(inputs, Path(tmp), bench_config(inputs, str(Path(tmp) / "unused"), 1, steps, extra))
-        print(f"round {round_ + 1}: floor " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
-        floor_sum = sum(times.values())
+        before = timed_floor(work, inputs, config, f"round {round_ + 1}: floor before the runs")
+        times: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        for workers in counts if round_ % 2 == 0 else counts[::-1]:  # each count first in every other round
+            name = run_name(workers)
+            times[name], cpu[name] = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
+            print(f"round {round_ + 1}: {name}: {times[name]:.1f} s; {cpu[name]:.1f} CPU-s in its Python processes",
+                  flush=True)
+        after = timed_floor(work, inputs, config, f"round {round_ + 1}: floor after the runs")
+        for stage in before:  # the round's floor: the mean of the two around its runs (a linear drift cancels)
+            times[stage] = (before[stage] + after[stage]) / 2
+            best[stage] = min(best.get(stage, before[stage]), before[stage], after[stage])
+        floor_sum = sum(times[stage] for stage in before)
         for workers in counts:
             name = run_name(workers)
-            times[name], cpu = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
-            own_cpu.setdefault(name, []).append(floor_sum / cpu)
-            print(f"round {round_ + 1}: {name}: {times[name]:.1f} s; {cpu:.1f} CPU-s in its Python processes, "
-                  f"{own_cpu[name][-1]:.0%} of them the round's floor", flush=True)
+            own_cpu.setdefault(name, []).append(floor_sum / cpu[name])
+            best[name] = min(best.get(name, times[name]), times[name])
+        print(f"round {round_ + 1}: floor {sum(before.values()):.2f} s before, {sum(after.values()):.2f} s after; "
+              + ", ".join(f"{run_name(w)} {floor_sum / w / times[run_name(w)]:.0%}" for w in counts)
+              + " of the round's floor", flush=True)
         rounds.append(times)
-        for name, seconds in times.items():
-            best[name] = min(best.get(name, seconds), seconds)
     stages = [s for s in ("read", "hash", "lid", "minhash", "perplexity", "arrow") if s in best]
     total = sum(best[stage] for stage in stages)
     print(f"\nPython 10M-addition loop: {loop_before:.2f} s before, {loop_seconds():.2f} s after (the machine's speed per core)")
-    print(f"chain {steps}; floor, one core: " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages) + f"; sum {total:.2f} s")
+    print(f"chain {steps}; floor, one core (best of each stage): " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages)
+          + f"; sum {total:.2f} s")
     for workers in counts:
         name = run_name(workers)
         own = [sum(r[s] for s in stages) / workers / r[name] for r in rounds]
@@ -192,6 +204,13 @@ def main() -> None:
               + f" (median {statistics.median(own):.0%}); the floor is {statistics.median(own_cpu[name]):.0%} of "
               f"its CPU seconds (median of rounds: the rest is work beyond the floor, on any core)")
 
+
+def timed_floor(work: Path, inputs: list[str], config, label: str) -> dict[str, float]:
+    """:func:`floor` in a temporary folder under ``work``, printed."""
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        times = floor(inputs, Path(tmp), config)
+    print(f"{label}: " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
+    return times
 
 def run_name(workers: int) -> str:
     return f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
