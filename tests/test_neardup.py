@@ -242,6 +242,21 @@ def test_shingle_hashes_match_the_reference_definition(originals):
             assert hashes[docs == i].tolist() == expected, (kind, n, text[:60])
 
 
+def test_band_layout_and_permutations_equal_datasketch():
+    """:func:`nd.optimal_bands` (exact Gauss-Legendre integrals) picks datasketch's (bands, rows)
+    (scipy's ``quad``) on a grid of thresholds and sizes; the permutations are ``MinHash``'s own."""
+    from datasketch.lsh import _optimal_param
+
+    grid = [(128, t / 100) for t in range(5, 100, 5)] + [(n, t / 10) for n in (16, 32, 64, 100, 256) for t in range(1, 10)]
+    for num_perm, threshold in grid:
+        assert nd.optimal_bands(threshold, num_perm) == _optimal_param(threshold, num_perm, 0.5, 0.5), (num_perm, threshold)
+    for num_perm, seed in ((128, 1), (64, 42), (256, 0), (1, 7)):
+        a, b = nd.permutations(num_perm, seed)
+        theirs = MinHash(num_perm=num_perm, seed=seed).permutations
+        assert a.dtype == b.dtype == theirs.dtype == np.uint32
+        assert np.array_equal(a[:, 0], theirs[0]) and np.array_equal(b[:, 0], theirs[1])
+
+
 def test_signatures_equal_datasketch_minhash(originals):
     docs = originals[::50]
     for num_perm, seed in ((128, 1), (64, 42)):

@@ -72,10 +72,26 @@ _BATCH_CHARS = 1 << 20  # characters hashed at once: the power tables (2 x 2**21
 
 @functools.cache
 def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
-    """datasketch's ``MinHashLSH`` choice of (bands, rows) with equal FP/FN weights."""
-    from datasketch.lsh import _optimal_param  # datasketch imports scipy: 0.5 s, only when near-dup runs
-
-    return _optimal_param(threshold, num_perm, 0.5, 0.5)
+    """datasketch's ``MinHashLSH`` choice of (bands, rows) with equal FP/FN weights (``lsh._optimal_param``:
+    the first pair, bands then rows ascending, with the least ``(FP + FN) / 2``), without importing
+    datasketch and scipy under it (0.6-0.75 s in every process that runs near-dup: it held up the
+    first SDK workers of a 2-worker run by 0.6 s). Its integrals are of ``1 - (1 - s^r)^b``, a
+    polynomial of degree ``r * b <= num_perm``, which Gauss-Legendre quadrature with
+    ``num_perm // 2 + 1`` nodes integrates exactly, where datasketch calls scipy's adaptive ``quad``
+    (the same choice on a grid of thresholds and sizes: tests)."""
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    below, above = threshold * (nodes + 1) / 2, threshold + (1 - threshold) * (nodes + 1) / 2
+    below_w, above_w = weights * threshold / 2, weights * (1 - threshold) / 2
+    best, choice = float("inf"), (0, 0)
+    for b in range(1, num_perm + 1):
+        r = np.arange(1, num_perm // b + 1, dtype=np.float64)[:, None]
+        false_positive = (1 - (1 - below ** r) ** b) @ below_w
+        false_negative = (1 - above ** r) ** b @ above_w
+        error = false_positive * 0.5 + false_negative * 0.5
+        i = int(np.argmin(error))  # the first of equal ones, as datasketch's strict < keeps it
+        if error[i] < best:
+            best, choice = float(error[i]), (b, i + 1)
+    return choice
 
 
 def shingle_kind(lang: str | None, shingle: str) -> str:
@@ -180,10 +196,12 @@ def shingle_hashes(texts: Sequence[str], kind: str, n: int) -> tuple[np.ndarray,
 
 @functools.lru_cache(maxsize=8)
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """datasketch's affine32 permutation parameters ``(a, b)`` as column vectors (uint32)."""
-    from datasketch import MinHash
-
-    a, b = MinHash(num_perm=num_perm, seed=seed).permutations
+    """datasketch's affine32 permutation parameters ``(a, b)`` of ``MinHash(num_perm, seed)`` as column
+    vectors (uint32), drawn as it draws them (numpy's ``RandomState(seed)``: an odd ``a``, then any
+    ``b``) without importing it (scipy under it: :func:`optimal_bands`); equal to its own (tests)."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
     return a[:, None].copy(), b[:, None].copy()
 
 

@@ -104,7 +104,6 @@ class NearDedup(Step):
                 "edges", "clusters", "cc_not_converged", "tokenizer_fallback")
     provides = ("minhash_cluster_size",)
     transform = "pipeline.transforms.near_dedup:NearDedupTransform"
-    worker_modules = ("datasketch",)  # and scipy under it: 0.3-0.6 s per process
 
     @classmethod
     def requires(cls, cfg: NearDupConfig) -> tuple[str, ...]:

@@ -160,8 +160,6 @@ class BandKeys(PicklingDoFn, CountingDoFn):
         self.cfg, self.partitions, self.scratch = cfg, partitions, scratch
 
     def setup(self) -> None:
-        # in the worker, whose fork server has imported datasketch (and scipy under it: 0.7 s of
-        # the driver's graph building otherwise)
         self.bands, self.rows = self.cfg.band_rows()
         _fold_table()  # ~0.3 s per worker process, here rather than in the first bundle
 
