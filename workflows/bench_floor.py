@@ -35,8 +35,9 @@ round's own floor (the machine's speed per core can swing within minutes: the `p
 took 11.3 s and 17.3 s an hour apart here, so a best floor from one round against a best run from
 another says little). A round times the floor before its runs and again after them, and takes
 the mean of the two, so that a drift of the machine's speed across the round cancels; its runs
-go in the order of ``--workers`` in odd rounds and the reverse in even ones. The machine's speed per core is printed as the time of a fixed
-10-million-addition Python loop, to compare figures taken on other machines.
+go in the order of ``--workers`` in odd rounds and the reverse in even ones. The machine's speed
+per core is printed as the time of a fixed 10-million-addition Python loop, to compare figures
+taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
 """
@@ -211,6 +212,7 @@ def timed_floor(work: Path, inputs: list[str], config, label: str) -> dict[str, 
         times = floor(inputs, Path(tmp), config)
     print(f"{label}: " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
     return times
+
 
 def run_name(workers: int) -> str:
     return f"pipeline run, {workers} worker{'s' if workers > 1 else ''}"
