@@ -27,7 +27,10 @@ from .scratch import Pickled, PicklingDoFn, UnpicklingDoFn
 
 class _Star(beam.DoFn):
     """A large-star or small-star step on ``(node, neighbors)``; ``changed`` gets a 1 per bundle that
-    changed. A large star's edges come out keyed by their larger end, for the small star after it."""
+    changed. A large star's edges come out keyed by their larger end, for the small star after it; a
+    small star's both ways, for the next round's large star. Given the round before's ``changed``
+    (side inputs ``large`` and ``small``), a large star after a round that changed nothing passes
+    its node's edges on to ``done`` as they are: the graph has converged."""
 
     def __init__(self, small: bool) -> None:
         super().__init__()
@@ -38,10 +41,17 @@ class _Star(beam.DoFn):
     def start_bundle(self) -> None:
         self.changed = False
 
-    def process(self, item: tuple[str, Iterable[str]]) -> Iterator[tuple[str, str]]:
-        edges, changed = self.step(*item)
-        self.changed |= changed
-        yield from edges if self.small else map(_by_larger, edges)
+    def process(self, item: tuple[str, Iterable[str]], large: list[int] | None = None,
+                small: list[int] | None = None) -> Iterator[Any]:
+        if not _active(large, small):
+            node, neighbors = item
+            for neighbor in neighbors:
+                yield beam.pvalue.TaggedOutput("done", (node, neighbor))
+            return
+        edges, changed_now = self.step(*item)
+        self.changed |= changed_now
+        for edge in edges:
+            yield from _both_ways(edge) if self.small else (_by_larger(edge),)
 
     def finish_bundle(self) -> Iterator[Any]:
         if self.changed:
@@ -49,13 +59,18 @@ class _Star(beam.DoFn):
 
 
 class _Route(beam.DoFn):
-    """Edges, both ways, stay ``active`` while the round's large or small star changed the graph,
+    """After the last round: edges go on (to :class:`_Finish`) while that round changed the graph,
     else they are ``done`` (converged)."""
 
-    def process(self, edge: tuple[str, str], *changed: Iterable[int]) -> Iterator[Any]:
-        active = any(any(flags) for flags in changed)
-        for pair in _both_ways(edge):
-            yield pair if active else beam.pvalue.TaggedOutput("done", pair)
+    def process(self, edge: tuple[str, str], large: list[int] | None = None,
+                small: list[int] | None = None) -> Iterator[Any]:
+        yield edge if _active(large, small) else beam.pvalue.TaggedOutput("done", edge)
+
+
+def _active(large: list[int] | None, small: list[int] | None) -> bool:
+    """Whether a round is still needed: the first one always (no side inputs), later ones while
+    the round before (its large and small stars' ``changed`` flags) changed the graph."""
+    return large is None or any(large) or any(small or ())
 
 
 class _Resolve(CountingDoFn):
@@ -99,13 +114,14 @@ class ConnectedComponents(beam.PTransform):
     """Edges ``(a, b)`` -> ``main``: ``(id, kept id)`` per non-kept node; ``size``: ``(kept id, size)``.
 
     The kept id of a component is its smallest id. Each round is a large-star and a small-star
-    step; once a round changes nothing (side inputs tell), the edges leave the loop and later
-    rounds run empty, so the work follows the rounds needed, not ``max_iterations``. Every round
-    is five transforms (two groupings, the two steps, the routing: each step keys its output for
-    the next grouping), as each one, even empty, costs the graph's build and the runner's
-    scheduling time (about 0.1 s a round on 2 cores). Edges still changing after the last round
-    are joined in one worker by union-find (:class:`_Finish`), so the components are exact
-    whatever ``max_iterations``; their nodes are counted as ``cc_not_converged``.
+    step; once a round changes nothing (side inputs tell the next round's large star), the edges
+    leave the loop and later rounds run empty, so the work follows the rounds needed, not
+    ``max_iterations``. Every round is four transforms (two groupings and the two steps, each step
+    keying its output for the next grouping, the large star routing converged edges out), as each
+    one, even empty, costs the graph's build and the runner's scheduling time. Edges still changing
+    after the last round are joined in one worker by union-find (:class:`_Finish`), so the
+    components are exact whatever ``max_iterations``; their nodes are counted as
+    ``cc_not_converged``.
     """
 
     def __init__(self, max_iterations: int) -> None:
@@ -115,28 +131,29 @@ class ConnectedComponents(beam.PTransform):
     def expand(self, edges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         done = []
         edges = edges | "BothWays" >> beam.FlatMap(_both_ways)
+        changed: dict[str, beam.pvalue.AsList] = {}  # the round before's flags
         for i in range(self.max_iterations):
             large = (
                 edges
                 | f"LargeStar{i}/Group" >> beam.GroupByKey()
-                | f"LargeStar{i}/Link" >> beam.ParDo(_Star(small=False)).with_outputs("changed", main="edges")
+                | f"LargeStar{i}/Link" >> beam.ParDo(_Star(small=False), **changed).with_outputs(
+                    "changed", "done", main="edges")
             )
             small = (
                 large.edges
                 | f"SmallStar{i}/Group" >> beam.GroupByKey()
                 | f"SmallStar{i}/Link" >> beam.ParDo(_Star(small=True)).with_outputs("changed", main="edges")
             )
-            routed = small.edges | f"Round{i}/Route" >> beam.ParDo(
-                _Route(), beam.pvalue.AsList(large.changed), beam.pvalue.AsList(small.changed)
-            ).with_outputs("done", main="active")
-            done.append(routed.done)
-            edges = routed.active
-        finished = (edges
+            done.append(large.done)
+            changed = {"large": beam.pvalue.AsList(large.changed), "small": beam.pvalue.AsList(small.changed)}
+            edges = small.edges
+        routed = edges | "Route" >> beam.ParDo(_Route(), **changed).with_outputs("done", main="active")
+        finished = (routed.active
                     | "Finish/Key" >> beam.Map(lambda edge: (0, edge))
                     | "Finish/Group" >> beam.GroupByKey()
                     | "Finish/Stars" >> Counted(_Finish()))
         return (
-            (*done, finished)
+            (*done, routed.done, finished)
             | "Resolve/Flatten" >> beam.Flatten()
             | "Resolve/Group" >> beam.GroupByKey()
             | "Resolve/Roots" >> Counted(_Resolve(), outputs=("size",))
