@@ -7,6 +7,7 @@ tests (DirectRunner 1 and 2 workers, PortableRunner, against one reference).
 """
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -112,6 +113,8 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
         assert_that(parents | beam.Distinct(), equal_to([mock.ANY]))  # the workers share one parent ...
         assert_that(parents | "Forked" >> beam.Map(lambda cmd: "multiprocessing.forkserver" in cmd),
                     equal_to([True] * 8), label="FromTheForkServer")  # ... the fork server, not a shell
+        frozen = parents | "Frozen" >> beam.Map(lambda _: gc.get_freeze_count() > 0)
+        assert_that(frozen, equal_to([True] * 8), label="Frozen")  # the fork server's objects out of its collections
 
 
 def test_other_commands_still_start_as_processes():

@@ -35,6 +35,7 @@ flat memory curve.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def _run_worker(env: dict[str, str]) -> None:
     """An SDK worker forked from the fork server: what ``python -m ...sdk_worker_main`` runs."""
     from apache_beam.runners.worker import sdk_worker_main
 
+    gc.freeze()  # what the fork server imported stays out of this worker's collections (and its pages shared)
     os.environ.clear()
     os.environ.update(env)
     threshold = env.get("MALLOC_MMAP_THRESHOLD_")
