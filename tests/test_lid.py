@@ -108,6 +108,25 @@ def test_predict_equals_fasttexts_public_predict_and_numpys_round(lid, sample):
                                 float(np.round(scores, digits)[0]))
 
 
+@pytest.mark.parametrize("cfg", [LidConfig(), LidConfig(threshold=0.9, thresholds={"en": 0.2}),
+                                 LidConfig(threshold=0.9, below_threshold="unknown"),
+                                 LidConfig(newlines="delete", score_digits=2, threshold_on_rounded=True, threshold=0.6)])
+def test_a_chunk_at_once_gives_each_documents_own_result(lid, sample, cfg):
+    """``apply_chunk`` (one ``multilinePredict`` call) returns what ``__call__`` returns for each
+    document, drops and their languages included, on real multi-line documents of every language."""
+    step = LanguageIdentifier(cfg)
+    step._model = lid.model
+    docs = [{"id": f"{lang}{i}", "text": "\n".join(real_lines(sample, lang, 12)[i:i + 1 + i % 3])}
+            for lang in LANGS for i in range(8)]
+    docs += [{"id": "short", "text": "ok 123 ??? --"}, {"id": "empty", "text": ""}, {"id": "lines", "text": "\n\n"}]
+    one = [step(doc) for doc in docs]
+    chunk = step.apply_chunk(docs)
+    assert chunk == one and [r.lang for r in chunk if isinstance(r, Drop)] == [r.lang for r in one if isinstance(r, Drop)]
+    kept_unknown = [r for r in one if not isinstance(r, Drop) and r["lang"] == "unknown"]
+    assert (kept_unknown if cfg.below_threshold == "unknown" else [r for r in one if isinstance(r, Drop)])
+    assert step.apply_chunk([]) == []
+
+
 def test_round_like_numpy_on_halves_and_random_scores():
     rng = np.random.default_rng(0)
     values = [*rng.random(20_000), *(k / 2000 for k in range(2001)), *(k / 20 + 0.005 for k in range(20)),

@@ -156,9 +156,9 @@ def test_a_step_takes_each_chunk_in_its_order_key_and_the_results_do_not_change(
     docs = [{"id": str(i), "text": text} for i, text in enumerate(lines[::2] + lines[1::2])]  # scripts mixed
 
     class Seen(LanguageIdentifier):
-        def __call__(self, doc):
-            self.seen.append(doc["id"])
-            return super().__call__(doc)
+        def apply_chunk(self, chunk):
+            self.seen.extend(doc["id"] for doc in chunk)
+            return super().apply_chunk(chunk)
 
     def apply(order) -> tuple[list, list, list[str]]:
         step = Seen(LidConfig(), RunInfo())

@@ -167,12 +167,34 @@ class LanguageIdentifier(Step):
         fastText's own binding is called as its ``predict`` calls it for one line (the text with a
         line break appended), without the wrapper's check for line breaks (there are none left),
         ``zip`` and numpy array: 10 % of this step's time on the sample's documents."""
-        [(score, label)] = self.model.f.predict(text.replace("\n", self.newline) + "\n", 1, 0.0, "strict")
+        [(score, label)] = self.model.f.predict(self._line(text), 1, 0.0, "strict")
+        return self._top(label, score)
+
+    def predict_many(self, texts: list[str]) -> list[tuple[str, float, float]]:
+        """:meth:`predict` of every text, in one call of fastText's binding (``multilinePredict``,
+        what its ``predict`` calls for a list): the same labels and scores (each line goes through
+        the same ``predictLine``; the scores come back as the same float32): 0.94x the time of a call
+        per text on the benchmark's chunks (BENCHMARKS.md)."""
+        labels, scores = self.model.f.multilinePredict([self._line(text) for text in texts], 1, 0.0, "strict")
+        return [self._top(label, float(score)) for [label], [score] in zip(labels, scores)]
+
+    def _line(self, text: str) -> str:
+        """What fastText sees of a text: one line, ended as its ``predict`` ends it."""
+        return text.replace("\n", self.newline) + "\n"
+
+    def _top(self, label: str, score: float) -> tuple[str, float, float]:
+        """(language, score capped at 1, score rounded) of fastText's top label."""
         return label[len(LABEL_PREFIX):], min(score, 1.0), round_like_numpy(score, self.cfg.score_digits)
 
     def __call__(self, doc: Document) -> StepResult:
+        return self._verdict(doc, *self.predict(doc["text"]))
+
+    def apply_chunk(self, docs: list[Document]) -> list[StepResult]:
+        """One fastText call for the chunk (:meth:`predict_many`), then each document's verdict."""
+        return [self._verdict(doc, *top) for doc, top in zip(docs, self.predict_many([doc["text"] for doc in docs]))]
+
+    def _verdict(self, doc: Document, lang: str, score: float, rounded: float) -> StepResult:
         cfg = self.cfg
-        lang, score, rounded = self.predict(doc["text"])
         if (rounded if cfg.threshold_on_rounded else score) < cfg.thresholds.get(lang, cfg.threshold):
             if cfg.below_threshold == "drop":
                 return Drop("below_threshold", lang)  # counted per the language it was not sure enough of

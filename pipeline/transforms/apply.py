@@ -60,8 +60,7 @@ class ApplyStep(CountingDoFn):
         step, out = self.applied, []
         if step.order_key is not None:
             self.waiting.sort(key=step.order_key)
-        for doc in self.waiting:
-            result = step(doc)
+        for doc, result in zip(self.waiting, step.apply_chunk(self.waiting), strict=True):
             if isinstance(result, Drop):
                 self.count(result.reason)
                 lang = result.lang or doc.get("lang")
