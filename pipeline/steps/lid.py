@@ -173,8 +173,8 @@ class LanguageIdentifier(Step):
     def predict_many(self, texts: list[str]) -> list[tuple[str, float, float]]:
         """:meth:`predict` of every text, in one call of fastText's binding (``multilinePredict``,
         what its ``predict`` calls for a list): the same labels and scores (each line goes through
-        the same ``predictLine``; the scores come back as the same float32): 0.94x the time of a call
-        per text on the benchmark's chunks (BENCHMARKS.md)."""
+        the same ``predictLine`` and the scores come back as the same float32), in 0.94x the time of
+        a call per text on the benchmark's chunks (BENCHMARKS.md)."""
         labels, scores = self.model.f.multilinePredict([self._line(text) for text in texts], 1, 0.0, "strict")
         return [self._top(label, float(score)) for [label], [score] in zip(labels, scores)]
 
@@ -194,6 +194,7 @@ class LanguageIdentifier(Step):
         return [self._verdict(doc, *top) for doc, top in zip(docs, self.predict_many([doc["text"] for doc in docs]))]
 
     def _verdict(self, doc: Document, lang: str, score: float, rounded: float) -> StepResult:
+        """The document with its language and rounded score, or a Drop below its language's threshold."""
         cfg = self.cfg
         if (rounded if cfg.threshold_on_rounded else score) < cfg.thresholds.get(lang, cfg.threshold):
             if cfg.below_threshold == "drop":
