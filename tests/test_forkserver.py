@@ -88,6 +88,7 @@ def test_every_local_run_uses_the_overrides(monkeypatch):
     make_runner(pipeline_options("DirectRunner", []))
     assert execution.GroupingBuffer.partition is forkserver._partition_in_pieces
     assert fn_runner.BundleManager._send_input_to_worker is forkserver._send_in_pieces
+    assert fn_runner.BundleManager.process_bundle is forkserver._process_bundle_unless_empty
     assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # glibc's own adaptive threshold unless asked
 
 
@@ -97,6 +98,36 @@ def test_worker_mmap_threshold_reaches_the_workers_environment(monkeypatch):
     assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)  # what worker processes started now inherit
     with pytest.raises(UserError, match="--worker_mmap_threshold_mb=-1"):
         make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=-1"]))
+
+
+class Bundles(beam.DoFn):
+    """Leaves a file in ``folder`` per bundle it starts, named by its label."""
+
+    def __init__(self, folder: str, label: str) -> None:
+        self.folder, self.label = folder, label
+
+    def start_bundle(self) -> None:
+        with open(os.path.join(self.folder, f"{self.label}.{os.getpid()}.{id(self)}.{os.urandom(4).hex()}"), "w"):
+            pass
+
+    def process(self, element: object, seen: list | None = None) -> list:
+        return [(element, seen)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_with_no_input_gets_no_bundle(tmp_path, workers):
+    """Beam gives every worker a bundle of every stage; here only a worker with elements gets one:
+    one element -> one bundle at any worker count, none -> none; the consumers of the outputs a
+    stage did not write (a side input among them) still see them, empty."""
+    options = pipeline_options("DirectRunner", [f"--direct_num_workers={workers}"])
+    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+        one = p | "One" >> beam.Create([("a", 1)]) | "Spread" >> beam.Reshuffle()
+        none = one | "Drop" >> beam.Filter(lambda _: False) | "Group" >> beam.GroupByKey()
+        ones = one | "OfOne" >> beam.ParDo(Bundles(str(tmp_path), "one"), beam.pvalue.AsList(none))
+        nones = none | "OfNone" >> beam.ParDo(Bundles(str(tmp_path), "none"))
+        assert_that(ones, equal_to([(("a", 1), [])]), label="One")
+        assert_that(nones | "Count" >> beam.combiners.Count.Globally(), equal_to([0]), label="None")
+    assert sorted(name.split(".")[0] for name in os.listdir(tmp_path)) == ["one"]
 
 
 def parent_command(_: int) -> str:
