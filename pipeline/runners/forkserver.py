@@ -24,12 +24,12 @@ Four overrides, installed by :func:`install`:
   CPU importing them, in every run; on 2 cores that was 1 s of a 12 s benchmark run. Other
   commands (``--environment_type PROCESS``) still start as processes;
 - ``BundleManager.process_bundle`` runs no bundle for a worker whose share of a stage's input
-  holds no element (stages with timers are left alone). Beam sends every worker a bundle of every
+  holds no element and that has no timer to fire. Beam sends every worker a bundle of every
   stage, empty or not, and each costs the worker the stage's bundle processor (the descriptor
   fetched, the DoFns unpickled and set up), a bundle and its metrics, while the driver waits. In
   the full chain of the floor benchmark at 2 workers, 26 of 74 bundles were empty and 10 of 37
   stages got nothing at all (near-dup's rounds after the graph converged, the rejected records'
-  write); such a stage took 30-50 ms, now 2-4 ms. Beam's model leaves bundling to the runner,
+  write); such a stage took 29-52 ms, now 1.5-4 ms. Beam's model leaves bundling to the runner,
   so a DoFn may not count on a bundle without elements; and the runner already hands the
   consumers of an output nobody wrote (a side input among them) an empty buffer.
 
@@ -116,8 +116,8 @@ def _holds_nothing(chunks: Iterable[bytes]) -> bool:
 def _process_bundle_unless_empty(self: fn_runner.BundleManager, inputs: Mapping[str, Iterable[bytes]],
                                  expected_outputs: Any, fired_timers: Mapping[Any, Any],
                                  *args: Any, **kwargs: Any) -> tuple[Any, list[Any]]:
-    """``BundleManager.process_bundle``, or, for a share with no element (of a stage without
-    timers), an empty result without a bundle."""
+    """``BundleManager.process_bundle``, or, for a share with no element and no timer to fire,
+    an empty result without a bundle."""
     if not fired_timers and all(map(_holds_nothing, inputs.values())):
         return beam_fn_api_pb2.InstructionResponse(process_bundle=beam_fn_api_pb2.ProcessBundleResponse()), []
     return _BEAM_PROCESS_BUNDLE(self, inputs, expected_outputs, fired_timers, *args, **kwargs)
