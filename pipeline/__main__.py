@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import describe_corpus_config, load_config
-from .util.configfile import read_yaml
+from .util.configfile import KeysHelpParser, read_yaml
 from .util.errors import UserError
 from .output.layout import shard_pattern
 from .runners import prefork
@@ -162,12 +162,13 @@ LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
 def build_parser(store_options: bool = True) -> argparse.ArgumentParser:
     """The command line; ``store_options``: Beam's S3 options on the commands that read stores
     themselves (``cutoffs``, ``report``, ``status``), which imports Beam."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    parser = KeysHelpParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="run the corpus pipeline (read -> exact dedup -> language ID -> shards)",
         description="Run the CCNet-style corpus pipeline on WET/WARC files with Apache Beam.",
-        epilog=RUN_EPILOG.format(keys="\n".join(describe_corpus_config())), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=lambda: RUN_EPILOG.format(keys="\n".join(describe_corpus_config())),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--config", help="YAML config (see configs/corpus/); keys listed below")
     run.add_argument("--input", action="append", help="glob of WET/WARC files, local or gs:// s3:// (repeatable; "
                      "replaces the config's input)")

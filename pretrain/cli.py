@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from pipeline.util.configfile import KeysHelpParser
 from pipeline.util.errors import UserError
 
 Commands = dict[str, tuple[str, str]]
@@ -49,8 +50,8 @@ def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = N
         return 2
     module_path, help_ = commands[name]
     module = importlib.import_module(module_path)
-    parser = argparse.ArgumentParser(prog=f"{prog} {name}", description=(module.__doc__ or help_).strip(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KeysHelpParser(prog=f"{prog} {name}", description=(module.__doc__ or help_).strip(),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
+                                      merged_config_data)
 from pipeline.util.errors import UserError
 from pretrain.loader import LoaderConfig
 
@@ -468,7 +469,7 @@ def _default_peak() -> float | None:
     return default_peak_flops()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--config", required=True, help="run YAML (configs/pretrain/*.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key (value read as YAML), e.g. --set optimizer.lr=0.0001 (YAML reads 1e-4 as a string; 1.0e-4 is a number); repeatable")
@@ -481,7 +482,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --resume: load through a DeepSpeed universal checkpoint (step-<N> is converted to "
                              "step-<N>-universal once), to continue on another number of GPUs; not bit-exact: the "
                              "data order restarts with a seed offset by the step")
-    parser.epilog = "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
+    parser.epilog = lambda: "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
 
 
 def _single_process_env() -> None:

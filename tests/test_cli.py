@@ -24,6 +24,19 @@ def test_help_documents_every_option():
         assert f"  {key} (default" in out, key
 
 
+def test_config_keys_are_described_only_for_help(monkeypatch, capsys):
+    """Describing the keys reads the config classes' sources (0.1-0.3 s); a run does not wait for it."""
+    import pipeline.__main__ as cli_module
+
+    calls = []
+    monkeypatch.setattr(cli_module, "describe_corpus_config", lambda: calls.append(1) or ["  dedup.policy (default x)"])
+    args, _ = cli_module.build_parser(store_options=False).parse_known_args(["run", "--config", "c.yaml"])
+    assert args.config == "c.yaml" and not calls
+    with pytest.raises(SystemExit):
+        cli_module.main(["run", "--help"])
+    assert calls == [1] and "  dedup.policy (default x)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--config", "configs/corpus/sample.yaml", "--set", "dedup.polcy=keep_first"], "unknown config key 'dedup.polcy'"),
     (["--config", "configs/corpus/sample.yaml", "--set", "lid.threshold=1.5"], "lid.threshold=1.5 is out of range"),

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
+                                      merged_config_data)
 from pipeline.util.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
@@ -85,7 +86,7 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--model", required=True, help="HF model dir (config.json + weights + tokenizer) or our run/checkpoint dir")
     parser.add_argument("--data", required=True, help="folder with the XNLI / XNLI-MT / MultiNLI / HF datasets files")
     parser.add_argument("--out", required=True, help="report folder (results.json, report.md, report.html, *.png)")
@@ -107,9 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-models", action="store_const", const=True, help="save each seed's selected model")
     parser.add_argument("--dataset-name", help="name of the data in the report (default XNLI)")
     parser.add_argument("--data-note", help="note at the top of the report, e.g. 'smoke set, not XNLI'")
+    parser.epilog = _keys_help
+
+
+def _keys_help() -> str:
+    """The config keys of ``--help``, with the fine-tuning keys' own descriptions."""
     documented = {line.split(" (", 1)[0]: line for line in describe(TrainConfig, "", CHOICES)}
     lines = [documented.get(line.split(" (", 1)[0], line) for line in describe(XnliConfig, "", CHOICES)]
-    parser.epilog = "config keys (YAML or --set):\n" + "\n".join(lines)
+    return "config keys (YAML or --set):\n" + "\n".join(lines)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,12 +6,13 @@ Light on purpose (no Beam import), so the trainer can use it on machines without
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -159,11 +160,11 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
     """One line per config key of dataclass ``cls`` with its default, choices and attribute docstring (for --help)."""
     choices_by_key = choices_by_key or {}
     lines = []
-    docs = _field_docs(cls)
+    docs, hints = _field_docs(cls), typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         if field.metadata.get("internal"):  # not a config key (built from others)
             continue
-        hint = typing.get_type_hints(cls)[field.name]
+        hint = hints[field.name]
         if dataclasses.is_dataclass(hint):
             lines.extend(describe(hint, f"{prefix}{field.name}.", choices_by_key))
             continue
@@ -179,6 +180,21 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
             doc = f"{doc} One of: {choice_names(choices)}.".strip()
         lines.append(f"  {prefix}{field.name} ({default}){': ' + doc if doc else ''}")
     return lines
+
+
+class KeysHelpParser(argparse.ArgumentParser):
+    """An argument parser whose ``epilog`` may be a function returning it, called only when the
+    help is shown: the config keys' lines (:func:`describe`) read the config classes' sources,
+    0.2-0.5 s that a command which is not asked for help should not wait for. Its subparsers are
+    of this class too."""
+
+    epilog: str | Callable[[], str] | None
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
 
 def _field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings (the string literal after a field) of a dataclass."""
