@@ -11,7 +11,7 @@ from typing import Any
 
 from .config import describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import UserError
+from .util.errors import PATH_ERRORS, UserError, one_line
 from .output.layout import shard_pattern
 from .runners import prefork
 
@@ -101,8 +101,11 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
+    from .output import fs
+
     plan = lm_plan(args)
     bin_dir = kenlm_bin_dir(args.kenlm_bin)
+    fs.check_folder(args.out, "--out")
     out = Path(args.out)
     for lang, texts in plan.items():
         if not args.overwrite and (out / f"{lang}.sp.model").exists() and (out / f"{lang}.arpa.bin").exists():
@@ -122,6 +125,9 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
         if unknown:
             raise UserError(f"config {args.config}: unknown key {unknown[0]!r} (known: languages, vocab_size, order, memory, seed)")
         for key in ("vocab_size", "order", "memory", "seed"):
+            if key in data and (isinstance(data[key], bool) or not isinstance(data[key], type(LM_DEFAULTS[key]))):
+                kind = "a string such as 20% or 4G" if key == "memory" else "an integer"
+                raise UserError(f"config {args.config}: {key} must be {kind}, not {data[key]!r}")
             if key in data and getattr(args, key) == LM_DEFAULTS[key]:
                 setattr(args, key, data[key])
         languages = data.get("languages") or {}
@@ -146,6 +152,8 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
+    if args.sample < 1:
+        raise UserError(f"--sample {args.sample}: must be at least 1 (documents per language)")
     stores.open_stores(args, {"--corpus": args.corpus}, {"--out": args.out})
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)
@@ -249,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"run": cmd_run, "status": cmd_status, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:
         return commands[args.command](args, extra)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (UserError, *PATH_ERRORS) as exc:
+        print(one_line(exc), file=sys.stderr)
         return 2
 
 

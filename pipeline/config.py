@@ -137,8 +137,14 @@ def _check_section(name: str, section: Any, source: str) -> None:
             raise UserError(f"{source}: {name}: {exc}") from None
 
 
+def _makers(field: str) -> str:
+    """The steps that set document field ``field``, for a message."""
+    return " or ".join(sorted(c.name for c in registry().values() if field in c.provides)) or "no step"
+
+
 def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: str) -> None:
-    """No step twice, a step on the input files first, every field a step needs set before it."""
+    """No step twice, a step on the input files first, every field a step needs set before it, and
+    ``lang`` set for the writer (the shards are per language)."""
     provided: set[str] = set()
     seen: set[str] = set()
     for i, cls in enumerate(classes):
@@ -149,10 +155,12 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: st
             raise UserError(f"{source}: steps: {cls.name!r} works on the input files and must come first")
         missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]
         if missing:
-            makers = sorted(c.name for c in registry().values() if missing[0] in c.provides)
-            raise UserError(f"{source}: steps: {cls.name!r} needs {missing[0]!r}, set by "
-                            f"{' or '.join(makers) or 'no step'}: put that step before it")
+            raise UserError(f"{source}: steps: {cls.name!r} needs {missing[0]!r}, set by {_makers(missing[0])}: "
+                            f"put that step before it")
         provided.update(cls.provides)
+    if "lang" not in provided:
+        raise UserError(f"{source}: steps: writing the corpus needs 'lang' (the shards are per language), "
+                        f"set by {_makers('lang')}: add that step")
 
 
 def _validate(cfg: CorpusConfig, source: str) -> None:

@@ -182,6 +182,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     output, if any, running only its tasks that had not finished."""
     options = pipeline_options(cfg.runner, cfg.beam_options)
     fs.configure(options)
+    fs.check_folder(cfg.output, "output")  # not found out by the shards' writers at the end of the run
     check_stores(cfg, options)
     files = fs.match_inputs(cfg.input)
     check_engine(options)

@@ -2,8 +2,9 @@
 
 Each subcommand lives in its own module, which defines ``add_arguments(parser)`` and
 ``main(args) -> int``. Only the chosen command's module is imported, so ``--help`` and light
-commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.util.errors.UserError`
-becomes one ``error:`` line and exit status 2.
+commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.util.errors.UserError`,
+or a path of the wrong kind (:data:`~pipeline.util.errors.PATH_ERRORS`), becomes one ``error:`` line
+and exit status 2.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import sys
 
 from pipeline.util.configfile import KeysHelpParser
-from pipeline.util.errors import UserError
+from pipeline.util.errors import PATH_ERRORS, UserError, one_line
 
 Commands = dict[str, tuple[str, str]]
 """command name -> (module path, one-line help)."""
@@ -56,6 +57,6 @@ def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = N
     args = parser.parse_args(rest)
     try:
         return int(module.main(args) or 0)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (UserError, *PATH_ERRORS) as exc:
+        print(one_line(exc), file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ import numpy as np
 
 from pipeline.output import stores
 from pipeline.util.errors import UserError
-from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_rehydration, copies, sampling_weights
+from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
 from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
 
@@ -184,6 +184,11 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     tokenizer = Tokenizer.load(tokenizer_dir)
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
+    if problem := check_alpha(alpha):
+        raise UserError(f"--alpha {problem}")
+    from pipeline.output import fs
+
+    fs.check_folder(str(out), "--out")
     shards = language_shards(corpus, buckets, languages)
     if (out / META).is_file():
         previous = read_json(out / META, "token shards")

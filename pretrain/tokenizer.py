@@ -29,12 +29,13 @@ import numpy as np
 
 from pipeline.output import stores
 from pipeline.util.errors import UserError
-from pipeline.report.sampling import sampling_weights
+from pipeline.report.sampling import check_alpha, sampling_weights
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 MASK = "<mask>"
 OUR_MODEL, HF_MODEL, META = "spm.model", "sentencepiece.bpe.model", "tokenizer_meta.json"
+TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"  # HF's
 SHORT_POLICIES = ("repeat", "cap")
 WORD_MARK = "\u2581"
 SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
@@ -274,18 +275,21 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     """Sample, train and write the tokenizer directory; returns ``tokenizer_meta.json``'s content."""
     if vocab_size < 8:
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
+    if sample_size < 1:
+        raise UserError(f"--sample-size {sample_size}: must be at least 1 (sentences)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
     from pipeline.output import fs
 
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     fs.restore_folder(out)
+    fs.check_folder(str(out), "--out", (HF_MODEL, OUR_MODEL, META, TOKENIZER_CONFIG, SPECIAL_TOKENS))
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus_file(corpus, "sampling.json")
         alpha = float(read_json(path, "corpus statistics").get("alpha", 0.3)) if path else 0.3
-    if not 0 < alpha <= 1:
-        raise UserError(f"--alpha {alpha}: must be in (0, 1]")
+    if problem := check_alpha(alpha):
+        raise UserError(f"--alpha {problem}")
     source: list[str] = []
 
     def weights(measured: dict[str, int]) -> dict[str, float]:
@@ -303,8 +307,8 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         (staging / HF_MODEL).write_bytes(fairseq)
         (staging / OUR_MODEL).write_bytes(ours)
         config = hf_config()
-        write_json(staging / "tokenizer_config.json", config)
-        write_json(staging / "special_tokens_map.json", {k: v for k, v in config.items() if k.endswith("_token")})
+        write_json(staging / TOKENIZER_CONFIG, config)
+        write_json(staging / SPECIAL_TOKENS, {k: v for k, v in config.items() if k.endswith("_token")})
         meta = {
             "vocab_size": vocab_size, "fingerprint": hashlib.sha256(ours).hexdigest(),
             "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID, "mask": vocab_size - 1},

@@ -75,6 +75,45 @@ def test_lm_commands_user_mistakes(args, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
+    """A folder where a file is written, a file where a folder is needed, a folder of other files:
+    one line, exit 2, and what was there is still there."""
+    from pipeline.output import fs
+    from pipeline.util.errors import UserError, one_line
+
+    assert one_line(NotADirectoryError(20, "Not a directory", "a/b")) == (
+        "error: a/b: Not a directory (a file where a folder is needed)")  # what the commands print for the rest
+    folder, afile = tmp_path / "models", tmp_path / "afile"
+    folder.mkdir()
+    (folder / "de.arpa.bin").write_bytes(b"keep")
+    afile.write_bytes(b"keep")
+    for path, message in ((f"{folder}/", "a folder; a file name is needed"), (str(folder), "a folder; a file name"),
+                          (f"{afile}/sub/c.csv", f"{afile} is a file, not a folder")):
+        with pytest.raises(UserError, match=message):
+            fs.write_atomic(path, lambda stream: stream.write(b"x"))
+    with pytest.raises(UserError, match=f"output {afile}/sub: {afile} is a file"):
+        fs.check_folder(f"{afile}/sub", "output")
+    with pytest.raises(UserError, match="holds 'de.arpa.bin', not written by this command"):
+        fs.check_folder(str(folder), "--out", ("spm.model",))
+    fs.check_folder(str(folder), "--out", ("spm.model", "de.arpa.bin"))
+    fs.check_folder(str(tmp_path / "new" / "folder"), "--out", ())
+    assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"
+    (tmp_path / "ref.yaml").write_text("vocab_size: lots\nlanguages: {de: ref.txt}\n")
+    for args, message in (
+            (["run", "--config", "configs/corpus/sample.yaml", "--output", f"{afile}/corpus"], f"{afile} is a file, not a folder"),
+            (["run", "--config", "configs/corpus/sample.yaml", "--set", "steps=[dedup]"], "writing the corpus needs 'lang'"),
+            (["train-lm", "--lang", "de", "--text", "tests/data/sample/ref/de.txt", "--out", str(afile)],
+             f"--out {afile}: {afile} is a file, not a folder"),
+            (["train-lm", "--lang", "de", "--text", str(folder), "--out", str(tmp_path / "lm")], "a folder, not a file"),
+            (["train-lm", "--lang", "de", "--text", "README.md", "--out", str(tmp_path / "lm"), "--kenlm-bin", str(folder)],
+             "no lmplz and build_binary there"),
+            (["train-lm", "--config", str(tmp_path / "ref.yaml"), "--out", str(tmp_path / "lm")], "vocab_size must be an integer"),
+            (["cutoffs", "--corpus", str(tmp_path), "--out", str(tmp_path / "c.csv"), "--sample", "0"], "--sample 0: must be")):
+        result = cli(*args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+    assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"
+
+
 def test_train_lm_help_documents_every_option():
     out = cli("train-lm", "--help").stdout
     for flag in ("--lang", "--text", "--config", "--out", "--vocab-size", "--order", "--memory", "--seed", "--kenlm-bin", "--overwrite"):

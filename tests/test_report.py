@@ -88,6 +88,10 @@ def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):
     (old / "stats.json").write_bytes(b"\x89PNG not json")
     assert main(["report", str(old)]) == 2
     assert "stats.json: not valid JSON" in capsys.readouterr().err
+    (old / "stats.json").write_text(json.dumps({**stats, "languages": {"de": "edited by hand"}}))
+    assert main(["report", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stats.json or sampling.json: not as pipeline run writes them (TypeError" in err
 
 
 def test_the_report_in_a_browser(corpus):

@@ -168,6 +168,19 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         train_tokenizer(sample_corpus, tmp_path / "big", vocab_size=500_000, sample_size=2000, languages=["en"])
     with pytest.raises(UserError, match="no lang=qq"):
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, languages=["qq"])
+    with pytest.raises(UserError, match="--sample-size 0: must be at least 1"):
+        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, sample_size=0)
+    # --out given the corpus, or a file: refused before any work, nothing replaced
+    before = sorted(p.name for p in corpus.iterdir())
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(corpus), "--vocab-size", "1000"]) == 2
+    assert "the folder holds 'lang=ar' and" in capsys.readouterr().err and sorted(p.name for p in corpus.iterdir()) == before
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(sampling), "--vocab-size", "1000"]) == 2
+    assert f"{sampling} is a file, not a folder" in capsys.readouterr().err and sampling.is_file()
+    assert main(["tokenize", "--corpus", str(corpus), "--tokenizer", str(sample_tokenizer), "--out", str(tmp_path / "s"),
+                 "--alpha", "5"]) == 2
+    assert "--alpha 5.0: must be in (0, 1]" in capsys.readouterr().err
+    assert main(["tokenize", "--corpus", str(corpus), "--tokenizer", str(sample_tokenizer), "--out", f"{sampling}/s"]) == 2
+    assert f"--out {sampling}/s: {sampling} is a file, not a folder" in capsys.readouterr().err
     (tmp_path / "broken").mkdir()
     shutil.copy(sample_tokenizer / "tokenizer_meta.json", tmp_path / "broken")
     (tmp_path / "broken" / OUR_MODEL).write_bytes(b"not a model")

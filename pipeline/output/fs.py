@@ -86,6 +86,10 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
 
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     if is_local(path):
+        if path.endswith(("/", os.sep)) or Path(path).is_dir():
+            raise UserError(f"{path}: a folder; a file name is needed here")
+        if (blocking := _file_at_or_above(Path(path).parent)) is not None:
+            raise UserError(f"{path}: {blocking} is a file, not a folder")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         write(stream)
@@ -124,6 +128,28 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
             beam_filesystems().delete([dest])
         beam_filesystems().rename([source], [dest])
     remove_folder(staging)
+
+
+def check_folder(path: str, what: str, own: Iterable[str] | None = None) -> None:
+    """That local ``path`` can be a folder of outputs: neither it nor a folder above it is a file;
+    with ``own``, a folder there may hold only those names (what the command writes and replaces
+    whole), so that replacing it loses nothing else. A store path passes."""
+    if not is_local(path):
+        return
+    folder = Path(path)
+    if (blocking := _file_at_or_above(folder)) is not None:
+        raise UserError(f"{what} {path}: {blocking} is a file, not a folder")
+    if own is not None and folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in set(own))
+        if foreign:
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+            raise UserError(f"{what} {path}: the folder holds {foreign[0]!r}{more}, not written by this command; "
+                            f"give a new or empty folder, or the one it wrote before")
+
+
+def _file_at_or_above(folder: Path) -> Path | None:
+    """The first of ``folder`` and the folders above it that exists and is not a folder, if any."""
+    return next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
 
 
 def swap_folder(complete: Path, final: Path) -> None:

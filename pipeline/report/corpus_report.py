@@ -330,9 +330,13 @@ def build(corpus: str, out: str | None = None) -> list[str]:
     stats = read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
     stats["counters"] = {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}
     sampling = read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
-    kept = sum(v["documents"] for v in stats["languages"].values())
-    intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "
-             "(stats.json and sampling.json beside this folder; run.json has the runner and the time taken)."]
-    sections = [funnel_section(stats), languages_section(stats), sampling_section(sampling), perplexity_section(stats),
-                neardup_section(stats), rejected_section(stats), config_section(stats)]
+    try:
+        kept = sum(v["documents"] for v in stats["languages"].values())
+        intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "
+                 "(stats.json and sampling.json beside this folder; run.json has the runner and the time taken)."]
+        sections = [funnel_section(stats), languages_section(stats), sampling_section(sampling),
+                    perplexity_section(stats), neardup_section(stats), rejected_section(stats), config_section(stats)]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a file edited by hand, or not ours
+        raise UserError(f"{fs.join(corpus, 'stats.json')} or sampling.json: not as pipeline run writes them "
+                        f"({type(exc).__name__}: {exc})") from None
     return write_report(out or fs.join(corpus, REPORT), "Corpus report", sections, intro)

@@ -7,6 +7,11 @@ UNITS = ("characters", "documents")
 EXCLUDED = ("unknown",)
 
 
+def check_alpha(alpha: float) -> str:
+    """What is wrong with the sampling exponent ``alpha`` ("" if nothing): it is in (0, 1]."""
+    return "" if 0 < alpha <= 1 else f"{alpha}: must be in (0, 1]"
+
+
 def sampling_weights(sizes: Mapping[str, int], alpha: float) -> dict[str, dict[str, float]]:
     """p_i = n_i / Σn and q_i = p_i^α / Σ p_j^α for every language with n_i > 0.
 

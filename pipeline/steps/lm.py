@@ -51,6 +51,8 @@ class LMReport:
 
 def kenlm_bin_dir(explicit: str | None = None) -> Path:
     """Where ``lmplz`` and ``build_binary`` are: --kenlm-bin, $KENLM_BIN, the venv's link, the cache, PATH."""
+    if explicit and not ((Path(explicit) / "lmplz").is_file() and (Path(explicit) / "build_binary").is_file()):
+        raise UserError(f"--kenlm-bin {explicit}: no lmplz and build_binary there")
     candidates = [explicit, os.environ.get("KENLM_BIN"), str(Path(sys.prefix) / "kenlm-bin")]
     cache = Path(os.environ.get("POLYGLOT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyglot-corpus")
     candidates.append(str(cache / "kenlm-0.3.0" / "bin"))
@@ -75,6 +77,8 @@ def read_lines(paths: Iterable[str]) -> Iterable[str]:
                         raise UserError(f"reference text {path}: line {number} is not UTF-8 (byte {exc.start})") from None
         except FileNotFoundError:
             raise UserError(f"reference text {path}: no such file") from None
+        except IsADirectoryError:
+            raise UserError(f"reference text {path}: a folder, not a file") from None
 
 
 def train_sentencepiece(text_file: Path, model_file: Path, vocab_size: int, seed: int, threads: int) -> int:
