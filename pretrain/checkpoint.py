@@ -173,19 +173,20 @@ class CheckpointManager:
             if path.name not in kept and (path in complete or older_than_latest):
                 shutil.rmtree(path)
 
-    def resolve(self, tag: str | None) -> str:
-        """The tag to resume from: ``tag``, or the one ``latest`` names; UserError when it is missing or broken."""
+    def resolve(self, tag: str | None, flag: str = "--resume") -> str:
+        """The tag to resume from: ``tag``, or the one ``latest`` names; UserError when it is missing or
+        broken (naming ``flag``, the option that gave the checkpoint)."""
         tag = tag or self.latest()
         if tag is None:
-            raise UserError(f"--resume: no checkpoint in {self.directory} (no `{LATEST}` file)")
+            raise UserError(f"{flag}: no checkpoint in {self.directory} (no `{LATEST}` file)")
         tag_dir = self.directory / tag
         if not tag_dir.is_dir():
             found = sorted(p.name for p in self.directory.iterdir() if p.is_dir()) if self.directory.is_dir() else []
-            raise UserError(f"--resume: no checkpoint {tag!r} in {self.directory} (found: {', '.join(found) or 'none'})")
+            raise UserError(f"{flag}: no checkpoint {tag!r} in {self.directory} (found: {', '.join(found) or 'none'})")
         meta = read_meta(tag_dir)
         missing = missing_files(tag_dir, meta["world_size"])
         if missing:
-            raise UserError(f"--resume: checkpoint {tag_dir} is incomplete (missing {', '.join(missing)})")
+            raise UserError(f"{flag}: checkpoint {tag_dir} is incomplete (missing {', '.join(missing)})")
         return tag
 
     def load(self, engine: Any, tag: str, expected: dict[str, Any],
@@ -247,8 +248,9 @@ def _diff(saved: Any, current: Any) -> str:
     return f"checkpoint {saved!r}, now {current!r}"
 
 
-def resolve_path(path: str, tag: str | None = None) -> tuple[Path, str]:
-    """(checkpoints dir, tag) for a run dir, a checkpoints dir (with ``latest``) or a ``step-<N>`` dir."""
+def resolve_path(path: str, tag: str | None = None, flag: str = "--checkpoint") -> tuple[Path, str]:
+    """(checkpoints dir, tag) for a run dir, a checkpoints dir (with ``latest``) or a ``step-<N>`` dir
+    given by option ``flag``."""
     root = Path(path)
     if (root / META).is_file() or list(root.glob("*model_states.pt")):
         if tag is not None and tag != root.name:
@@ -259,18 +261,20 @@ def resolve_path(path: str, tag: str | None = None) -> tuple[Path, str]:
     if not root.is_dir():
         raise UserError(f"{path}: no such checkpoint, checkpoints or run directory")
     manager = CheckpointManager(root, keep=1, rank=0, world_size=1)
-    return root, manager.resolve(tag)
+    return root, manager.resolve(tag, flag)
 
 
-def load_for_inference(path: str, tag: str | None = None) -> tuple[Any, torch.nn.Module, str]:
+def load_for_inference(path: str, tag: str | None = None,
+                       flag: str = "--checkpoint") -> tuple[Any, torch.nn.Module, str]:
     """(ModelConfig, pretraining model with the checkpoint's fp32 weights, tokenizer dir) from a run dir,
-    checkpoints dir or checkpoint dir; ZeRO-1/2/3 partitions are merged by DeepSpeed's zero_to_fp32."""
+    checkpoints dir or checkpoint dir given by option ``flag``; ZeRO-1/2/3 partitions are merged by
+    DeepSpeed's zero_to_fp32."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     from pretrain.models import build_pretraining_model
     from pretrain.models.config import model_config_from_dict
 
-    directory, tag = resolve_path(path, tag)
+    directory, tag = resolve_path(path, tag, flag)
     meta = read_meta(directory / tag)
     cfg = model_config_from_dict(meta["model_config"], f"{directory / tag / META}")
     model = build_pretraining_model(cfg)

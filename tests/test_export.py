@@ -36,7 +36,7 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
                  "--out", str(tmp_path / "x")]) == 2
     assert "--tag step-2 names another one" in capsys.readouterr().err
     assert main(["export", "--checkpoint", str(run / "checkpoints"), "--tag", "step-7", "--out", str(tmp_path / "x")]) == 2
-    assert "no checkpoint 'step-7'" in capsys.readouterr().err
+    assert "--checkpoint: no checkpoint 'step-7'" in capsys.readouterr().err
     [weights] = (run / "checkpoints" / "step-1").glob("*model_states.pt")
     weights.write_bytes(weights.read_bytes()[:200])
     assert main(["export", "--checkpoint", str(run), "--tag", "step-1", "--out", str(tmp_path / "y")]) == 2
@@ -48,7 +48,7 @@ def test_export_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert "no such checkpoint, checkpoints or run directory" in capsys.readouterr().err
     (tmp_path / "checkpoints").mkdir()
     assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "hf")]) == 2
-    assert "no checkpoint in" in capsys.readouterr().err
+    assert "--checkpoint: no checkpoint in" in capsys.readouterr().err
     step = tmp_path / "checkpoints" / "step-2"
     step.mkdir()
     (tmp_path / "checkpoints" / "latest").write_text("step-2")

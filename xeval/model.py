@@ -147,7 +147,7 @@ def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Classifier, str]:
 
     if kind == "checkpoint":
         from pretrain.checkpoint import load_for_inference
-        cfg, pretraining, tokenizer_dir = load_for_inference(path)
+        cfg, pretraining, tokenizer_dir = load_for_inference(path, flag="--model")
         model = classifier_from_pretrained(cfg, pretraining.state_dict(), num_labels)
     else:
         cfg, loaded = load_hf(path)
