@@ -147,13 +147,14 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
-    from .output import stores
+    from .output import fs, stores
     from .steps.perplexity import compute_cutoffs, write_cutoffs
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
     if args.sample < 1:
         raise UserError(f"--sample {args.sample}: must be at least 1 (documents per language)")
+    fs.check_file(args.out)  # before the corpus is read
     stores.open_stores(args, {"--corpus": args.corpus}, {"--out": args.out})
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)

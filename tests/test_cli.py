@@ -108,7 +108,8 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
             (["train-lm", "--lang", "de", "--text", "README.md", "--out", str(tmp_path / "lm"), "--kenlm-bin", str(folder)],
              "no lmplz and build_binary there"),
             (["train-lm", "--config", str(tmp_path / "ref.yaml"), "--out", str(tmp_path / "lm")], "vocab_size must be an integer"),
-            (["cutoffs", "--corpus", str(tmp_path), "--out", str(tmp_path / "c.csv"), "--sample", "0"], "--sample 0: must be")):
+            (["cutoffs", "--corpus", str(tmp_path), "--out", str(tmp_path / "c.csv"), "--sample", "0"], "--sample 0: must be"),
+            (["cutoffs", "--corpus", str(tmp_path), "--out", f"{folder}/"], "a folder; a file name is needed")):
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
     assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"

@@ -84,12 +84,9 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write(stream)`` to a temporary name beside ``path``, then rename."""
     from apache_beam.io.filesystem import CompressionTypes
 
+    check_file(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     if is_local(path):
-        if path.endswith(("/", os.sep)) or Path(path).is_dir():
-            raise UserError(f"{path}: a folder; a file name is needed here")
-        if (blocking := _file_at_or_above(Path(path).parent)) is not None:
-            raise UserError(f"{path}: {blocking} is a file, not a folder")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         write(stream)
@@ -128,6 +125,17 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
             beam_filesystems().delete([dest])
         beam_filesystems().rename([source], [dest])
     remove_folder(staging)
+
+
+def check_file(path: str) -> None:
+    """That local ``path`` can be written as a file: it is not a folder, and no file is in the way
+    of the folders above it. A store path passes."""
+    if not is_local(path):
+        return
+    if path.endswith(("/", os.sep)) or Path(path).is_dir():
+        raise UserError(f"{path}: a folder; a file name is needed here")
+    if (blocking := _file_at_or_above(Path(path).parent)) is not None:
+        raise UserError(f"{path}: {blocking} is a file, not a folder")
 
 
 def check_folder(path: str, what: str, own: Iterable[str] | None = None) -> None:
