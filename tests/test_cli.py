@@ -113,6 +113,7 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
     assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"
+    assert not (tmp_path / "lm").exists()  # a train-lm that failed left no folder
 
 
 def test_train_lm_help_documents_every_option():

@@ -142,7 +142,6 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
              memory: str = "20%", seed: int = 0, bin_dir: Path | None = None) -> LMReport:
     """Train ``<out_dir>/<lang>.sp.model`` and ``<out_dir>/<lang>.arpa.bin`` from reference texts."""
     bin_dir = bin_dir or kenlm_bin_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"lm-{lang}-") as tmp_name:
         tmp = Path(tmp_name)
         normalized = tmp / "normalized.txt"
@@ -172,6 +171,7 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
         result = subprocess.run([str(bin_dir / "build_binary"), str(arpa), str(binary)], capture_output=True, text=True)
         if result.returncode != 0:
             raise UserError(f"build_binary failed for {lang}: {result.stderr.strip().splitlines()[-1:]}")
+        out_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that fails leaves no empty folder
         for name in (f"{lang}.sp.model", f"{lang}.arpa.bin"):
             shutil.move(str(tmp / name), out_dir / name)
     return LMReport(lang, lines, pieces, vocab, vocab_size, counts, fallback, out_dir / f"{lang}.sp.model", out_dir / f"{lang}.arpa.bin")
