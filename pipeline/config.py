@@ -17,7 +17,7 @@ from .report.sampling import UNITS, check_rehydration
 from .steps import closest, registry, resolve
 from .steps.base import Step
 from .steps.perplexity import BUCKETS
-from .util.configfile import build_dataclass, check_choices_and_ranges, describe, merged_config_data
+from .util.configfile import Source, build_dataclass, check_choices_and_ranges, describe, merged_config_data, source_of
 from .util.errors import UserError
 
 DEFAULT_STEPS = ["dedup", "lid", "near_dedup", "perplexity"]
@@ -124,7 +124,7 @@ def _prefixed(table: dict[str, Any], name: str) -> dict[str, Any]:
     return {f"{name}.{key}": value for key, value in table.items()}
 
 
-def _check_section(name: str, section: Any, source: str) -> None:
+def _check_section(name: str, section: Any, source: Source) -> None:
     """A step section's choices, ranges (``Config.choices`` / ``Config.ranges``) and ``validate()``."""
     config_cls = type(section)
     check_choices_and_ranges(types.SimpleNamespace(**{name: section}), source,
@@ -142,35 +142,36 @@ def _makers(field: str) -> str:
     return " or ".join(sorted(c.name for c in registry().values() if field in c.provides)) or "no step"
 
 
-def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: str) -> None:
+def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: Source) -> None:
     """No step twice, a step on the input files first, every field a step needs set before it, and
     ``lang`` set for the writer (the shards are per language)."""
+    where = source_of(source, "steps")
     provided: set[str] = set()
     seen: set[str] = set()
     for i, cls in enumerate(classes):
         if cls.name in seen:
-            raise UserError(f"{source}: steps: {cls.name!r} is named twice")
+            raise UserError(f"{where}: steps: {cls.name!r} is named twice")
         seen.add(cls.name)
         if cls.reads_files and i:
-            raise UserError(f"{source}: steps: {cls.name!r} works on the input files and must come first")
+            raise UserError(f"{where}: steps: {cls.name!r} works on the input files and must come first")
         missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]
         if missing:
-            raise UserError(f"{source}: steps: {cls.name!r} needs {missing[0]!r}, set by {_makers(missing[0])}: "
+            raise UserError(f"{where}: steps: {cls.name!r} needs {missing[0]!r}, set by {_makers(missing[0])}: "
                             f"put that step before it")
         provided.update(cls.provides)
     if "lang" not in provided:
-        raise UserError(f"{source}: steps: writing the corpus needs 'lang' (the shards are per language), "
+        raise UserError(f"{where}: steps: writing the corpus needs 'lang' (the shards are per language), "
                         f"set by {_makers('lang')}: add that step")
 
 
-def _validate(cfg: CorpusConfig, source: str) -> None:
+def _validate(cfg: CorpusConfig, source: Source) -> None:
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     problem = check_rehydration(cfg.sampling.rehydration)
     if problem:
-        raise UserError(f"{source}: sampling.rehydration: {problem}")
+        raise UserError(f"{source_of(source, 'sampling.rehydration')}: sampling.rehydration: {problem}")
     for value in cfg.sampling.buckets:
         if value not in (*BUCKETS, "all"):
-            raise UserError(f"{source}: sampling.buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
+            raise UserError(f"{source_of(source, 'sampling.buckets')}: sampling.buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
     for name, section in cfg.sections.items():
         _check_section(name, section, source)
 
@@ -178,17 +179,16 @@ def _validate(cfg: CorpusConfig, source: str) -> None:
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,
                 sets: list[str] | None = None) -> CorpusConfig:
     """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
-    source = path or "command line"
-    data = merged_config_data(path, overrides, sets)
+    data, source = merged_config_data(path, overrides, sets)
     cfg = build_dataclass(CorpusConfig, {k: v for k, v in data.items() if k in TOP_LEVEL}, source)
     try:
         classes = cfg.step_classes()
     except UserError as exc:
-        raise UserError(f"{source}: steps: {exc}") from None
+        raise UserError(f"{source_of(source, 'steps')}: steps: {exc}") from None
     known = {**registry(), **{cls.name: cls for cls in classes}}
     for key in sorted(set(data) - set(TOP_LEVEL)):
         if key not in known:
-            raise UserError(f"{source}: unknown config key {key!r}{closest(key, [*TOP_LEVEL, *known])} "
+            raise UserError(f"{source_of(source, key)}: unknown config key {key!r}{closest(key, [*TOP_LEVEL, *known])} "
                             f"(top level: {', '.join(TOP_LEVEL)}; step sections: {', '.join(sorted(known))})")
         cfg.sections[key] = build_dataclass(known[key].Config, data[key], source, f"{key}.")
     for cls in classes:

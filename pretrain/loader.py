@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from pipeline.util.configfile import build_dataclass, check_choices_and_ranges
+from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges
 from pipeline.util.errors import UserError
 
 from .shards import DocList, TokenShards
@@ -70,7 +70,7 @@ class LoaderConfig:
     seed: int = 0
     """Seed of language choice, document order and masking."""
 
-    def validate(self, source: str, section: str = "") -> None:
+    def validate(self, source: Source | str, section: str = "") -> None:
         """UserError naming the first bad key (as ``section.key`` when the config is a section) in ``source``."""
         prefix = f"{section}." if section else ""
         root = types.SimpleNamespace(**{section: self}) if section else self

@@ -134,8 +134,8 @@ RUN_OWNED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradien
 
 def load_run_config(path: str | None, sets: list[str] | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """The run YAML with ``--set`` strings and overrides applied, checked (unknown keys, types, ranges, paths)."""
-    source = path or "command line"
-    cfg = build_dataclass(RunConfig, merged_config_data(path, overrides, sets), source)
+    data, source = merged_config_data(path, overrides, sets)
+    cfg = build_dataclass(RunConfig, data, source)
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     cfg.loader.validate(source, "loader")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):

@@ -38,9 +38,9 @@ def test_config_keys_are_described_only_for_help(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.polcy=keep_first"], "unknown config key 'dedup.polcy'"),
-    (["--config", "configs/corpus/sample.yaml", "--set", "lid.threshold=1.5"], "lid.threshold=1.5 is out of range"),
-    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.policy=keep_last"], "dedup.policy must be one of"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.polcy=keep_first"], "error: --set dedup.polcy=keep_first: unknown config key 'dedup.polcy'"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "lid.threshold=1.5"], "error: --set lid.threshold=1.5: lid.threshold=1.5 is out of range"),
+    (["--config", "configs/corpus/sample.yaml", "--set", "dedup.policy=keep_last"], "error: --set dedup.policy=keep_last: dedup.policy must be one of"),
     (["--config", "configs/corpus/nope.yaml"], "config configs/corpus/nope.yaml: no such file"),
     (["--input", "/nonexistent/*.warc.wet.gz", "--output", "/tmp/x"], "matches no file"),
     (["--config", "configs/corpus/sample.yaml", "--direct_num_wrkers=2"], "unknown option or argument '--direct_num_wrkers=2'"),
@@ -135,7 +135,26 @@ def test_float_written_without_a_dot_is_a_number(tmp_path):
     from pipeline.config import SamplingConfig
     from pipeline.util.errors import UserError
 
-    cfg = build_dataclass(SamplingConfig, merged_config_data(None, sets=["alpha=3e-1"]), "cmd")
+    cfg = build_dataclass(SamplingConfig, *merged_config_data(None, sets=["alpha=3e-1"]))
     assert cfg.alpha == 0.3
-    with pytest.raises(UserError, match="alpha: expected a number, got 'x'"):
-        build_dataclass(SamplingConfig, merged_config_data(None, sets=["alpha=x"]), "cmd")
+    with pytest.raises(UserError, match="^--set alpha=x: alpha: expected a number, got 'x'"):
+        build_dataclass(SamplingConfig, *merged_config_data(None, sets=["alpha=x"]))
+
+
+def test_a_mistake_names_where_the_value_was_written(tmp_path):
+    """A bad value given by ``--set`` is reported as that ``--set``; one from the file names the file,
+    even when ``--set`` changed other keys; a check across keys names both."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+    from pretrain.models.config import load_model_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\ndedup: {policy: keep_last}\n")
+    with pytest.raises(UserError, match=f"^{config}: dedup.policy must be one of"):
+        load_config(str(config), sets=["lid.threshold=0.3"])
+    with pytest.raises(UserError, match="^--set dedup=first: dedup must be a mapping"):
+        load_config(str(config), sets=["dedup=first"])
+    with pytest.raises(UserError, match="^--set steps=\\[lid, lid\\]: steps: 'lid' is named twice"):
+        load_config(str(config), sets=["dedup.policy=keep_first", "steps=[lid, lid]"])
+    with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml with --set hidden_size=31: hidden_size \(31\) must be a multiple"):
+        load_model_config("xlmr-tiny", sets=["hidden_size=31"])

@@ -67,8 +67,8 @@ RANGES = {"learning_rate": (0.0, None), "epochs": (1, None), "batch_size": (1, N
 
 
 def load_config(path: str | None, overrides: dict[str, Any], sets: list[str]) -> XnliConfig:
-    source = path or "command line"
-    cfg = build_dataclass(XnliConfig, merged_config_data(path, overrides, sets), source)
+    data, source = merged_config_data(path, overrides, sets)
+    cfg = build_dataclass(XnliConfig, data, source)
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     unknown = [lang for lang in cfg.languages if lang not in XNLI_LANGUAGES]
     if unknown or not cfg.languages:

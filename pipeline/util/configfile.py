@@ -57,10 +57,39 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value
 
-def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a config's values came from: a YAML file (or none) and the ``--set`` strings applied
+    on top, so that an error about a key names what the user wrote for it."""
+
+    path: str | None
+    sets: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Dotted key -> the ``--set`` string that gave it."""
+
+    def __str__(self) -> str:
+        where = self.path or "command line"
+        return f"{where} with --set {', '.join(self.sets.values())}" if self.sets else where
+
+    def of(self, key: str) -> str:
+        """The ``--set`` string that gave ``key`` or a section above it, else the file."""
+        parts = key.split(".")
+        for end in range(len(parts), 0, -1):
+            given = self.sets.get(".".join(parts[:end]))
+            if given is not None:
+                return f"--set {given}"
+        return self.path or "command line"
+
+
+def source_of(source: Source | str, key: str) -> str:
+    """Where ``key``'s value came from, for an error message."""
+    return source.of(key) if isinstance(source, Source) else str(source)
+
+
+def build_dataclass(cls: type, data: Any, source: Source | str, prefix: str = "") -> Any:
     """``cls`` built from a mapping, recursing into nested dataclasses; unknown keys and wrong types are UserErrors."""
     if not isinstance(data, dict):
-        raise UserError(f"{source}: {prefix or 'the config'} must be a mapping, got {data!r}")
+        section = prefix.rstrip(".")
+        raise UserError(f"{source_of(source, section)}: {section or 'the config'} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
@@ -68,11 +97,11 @@ def build_dataclass(cls: type, data: Any, source: str, prefix: str = "") -> Any:
         key = f"{prefix}{unknown[0]}"
         match = difflib.get_close_matches(unknown[0], sorted(known), n=1, cutoff=0.5)
         hint = f" (did you mean {prefix + match[0]!r}?)" if match else ""
-        raise UserError(f"{source}: unknown config key {key!r}{hint}; known under {prefix.rstrip('.') or 'top level'}: "
+        raise UserError(f"{source_of(source, key)}: unknown config key {key!r}{hint}; known under {prefix.rstrip('.') or 'top level'}: "
                         f"{', '.join(sorted(known))}")
     values = {}
     for name, value in data.items():
-        hint, where = hints[name], f"{source}: {prefix}{name}"
+        hint, where = hints[name], f"{source_of(source, prefix + name)}: {prefix}{name}"
         if dataclasses.is_dataclass(hint):
             values[name] = build_dataclass(hint, value, source, f"{prefix}{name}.")
         else:
@@ -97,19 +126,19 @@ def choice_names(choices: tuple[Any, ...]) -> str:
     return ", ".join("null" if c is None else str(c) for c in choices)
 
 
-def check_choices_and_ranges(cfg: Any, source: str, choices: dict[str, tuple[str, ...]],
+def check_choices_and_ranges(cfg: Any, source: Source | str, choices: dict[str, tuple[str, ...]],
                              ranges: dict[str, tuple[Any, Any]]) -> None:
     """UserError naming the first dotted key whose value is not among its choices or out of its range."""
     for key, allowed in choices.items():
         value = _get(cfg, key)
         if value not in allowed:
-            raise UserError(f"{source}: {key} must be one of {choice_names(allowed)}, got {value!r}")
+            raise UserError(f"{source_of(source, key)}: {key} must be one of {choice_names(allowed)}, got {value!r}")
     for key, (low, high) in ranges.items():
         value = _get(cfg, key)
         if value is None:
             continue
         if (low is not None and value < low) or (high is not None and value > high):
-            raise UserError(f"{source}: {key}={value} is out of range [{low if low is not None else '-∞'}, "
+            raise UserError(f"{source_of(source, key)}: {key}={value} is out of range [{low if low is not None else '-∞'}, "
                             f"{high if high is not None else '∞'}]")
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -138,10 +167,11 @@ def read_yaml(path: str) -> dict[str, Any]:
     return loaded or {}
 
 def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None,
-                       sets: list[str] | None = None) -> dict[str, Any]:
+                       sets: list[str] | None = None) -> tuple[dict[str, Any], Source]:
     """The YAML file's mapping (if any) with ``--set key=value`` strings (values read as YAML) and
-    direct overrides (None values ignored) applied at their dotted keys."""
+    direct overrides (None values ignored) applied at their dotted keys, and where its values came from."""
     data: dict[str, Any] = read_yaml(path) if path else {}
+    given: dict[str, str] = {}
     for item in sets or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -151,10 +181,11 @@ def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None
         except yaml.YAMLError:
             raise UserError(f"--set {item!r}: the value is not valid YAML") from None
         _set_dotted(data, key.strip(), value)
+        given[key.strip()] = item.strip()
     for key, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(data, key, value)
-    return data
+    return data, Source(path, given)
 
 def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """One line per config key of dataclass ``cls`` with its default, choices and attribute docstring (for --help)."""

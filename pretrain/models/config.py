@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from pipeline.util.configfile import build_dataclass, check_choices_and_ranges, merged_config_data
+from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, merged_config_data
 from pipeline.util.errors import UserError
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
@@ -107,7 +107,7 @@ RANGES = {
 }
 
 
-def validate_model_config(cfg: ModelConfig, source: str) -> ModelConfig:
+def validate_model_config(cfg: ModelConfig, source: Source | str) -> ModelConfig:
     """``cfg`` itself, or a UserError naming the first bad key."""
     check_choices_and_ranges(cfg, source, {"arch": ARCHS, "objective": OBJECTIVES}, RANGES)
     if cfg.hidden_size % cfg.num_attention_heads:
@@ -141,8 +141,8 @@ def load_model_config(name_or_path: str, overrides: dict[str, Any] | None = None
                       sets: list[str] | None = None) -> ModelConfig:
     """Read a model config by name or path, with direct overrides and ``--set key=value`` strings."""
     path = model_config_path(name_or_path)
-    cfg = build_dataclass(ModelConfig, merged_config_data(str(path), overrides, sets), str(path))
-    return validate_model_config(cfg, str(path))
+    data, source = merged_config_data(str(path), overrides, sets)
+    return validate_model_config(build_dataclass(ModelConfig, data, source), source)
 
 
 def model_config_from_dict(data: dict[str, Any], source: str) -> ModelConfig:
