@@ -168,9 +168,14 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
 LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
 
 
-def build_parser(store_options: bool = True) -> argparse.ArgumentParser:
-    """The command line; ``store_options``: Beam's S3 options on the commands that read stores
-    themselves (``cutoffs``, ``report``, ``status``), which imports Beam."""
+STORE_COMMANDS = ("status", "cutoffs", "report")
+"""The commands that read stores themselves, so take Beam's S3 options (``--s3_endpoint_url``, ...)."""
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. Beam's S3 options go on ``command``'s parser alone, if it is one of
+    :data:`STORE_COMMANDS`: they import Beam (seconds), which the other commands, the top-level
+    help and ``run`` (it imports Beam after its fork server starts) do not wait for."""
     parser = KeysHelpParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
@@ -230,11 +235,10 @@ def build_parser(store_options: bool = True) -> argparse.ArgumentParser:
                     "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
     rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
     rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
-    if store_options:
+    if command in STORE_COMMANDS:
         from .output import stores
 
-        for command in (cut, rep, st):
-            stores.add_arguments(command)
+        stores.add_arguments(sub.choices[command])
     return parser
 
 
@@ -253,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         handler.addFilter(_quiet_beam)
     argv = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in argv if not arg.startswith("-")), None)
-    parser = build_parser(store_options=command != "run")  # `run` imports Beam after its fork server starts
+    parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     commands = {"run": cmd_run, "status": cmd_status, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:

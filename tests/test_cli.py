@@ -30,11 +30,24 @@ def test_config_keys_are_described_only_for_help(monkeypatch, capsys):
 
     calls = []
     monkeypatch.setattr(cli_module, "describe_corpus_config", lambda: calls.append(1) or ["  dedup.policy (default x)"])
-    args, _ = cli_module.build_parser(store_options=False).parse_known_args(["run", "--config", "c.yaml"])
+    args, _ = cli_module.build_parser("run").parse_known_args(["run", "--config", "c.yaml"])
     assert args.config == "c.yaml" and not calls
     with pytest.raises(SystemExit):
         cli_module.main(["run", "--help"])
     assert calls == [1] and "  dedup.policy (default x)" in capsys.readouterr().out
+
+
+def test_only_the_store_commands_import_beam_for_their_options():
+    """Beam's S3 options import Beam (seconds): the top-level help and the commands that read no
+    store go without, and a store command's parser takes them."""
+    code = ("import sys; from pipeline.__main__ import build_parser\n"
+            "for command in (None, 'train-lm', 'run'):\n"
+            "    build_parser(command).parse_known_args(['train-lm', '--out', 'x'])\n"
+            "print('apache_beam' in sys.modules)\n"
+            "args, _ = build_parser('report').parse_known_args(['report', 'c', '--s3_endpoint_url', 'http://h'])\n"
+            "print(args.s3_endpoint_url)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "http://h"], done.stderr
 
 
 @pytest.mark.parametrize("args, message", [
