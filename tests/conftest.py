@@ -209,6 +209,25 @@ def sample_corpus(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def planted(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
+    """The planted corpus (``test_engines.planted_corpus``), its config (near-dup and perplexity
+    buckets on) and the DirectRunner's bytes, shared by every engine's byte-identity test."""
+    from test_engines import planted_corpus, run
+
+    root = tmp_path_factory.mktemp("engines")
+    inputs = planted_corpus(sample, sample_corpus, root / "in")
+    cutoffs = root / "cutoff.csv"
+    langs = sorted(p.name.split(".")[0] for p in sample_lms.glob("*.arpa.bin"))
+    cutoffs.write_text(",".join(["", *langs]) + "\n" + "".join(
+        ",".join([str(p), *(str(50 + 5 * p) for _ in langs)]) + "\n" for p in range(100)))
+    config = ["--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"),
+              "--set", f"perplexity.models={sample_lms}", "--set", f"perplexity.cutoffs={cutoffs}",
+              "--set", "write.shard_size_mb=0.25", "--set", "beam_options=[]"]
+    reference = run(config, root / "direct", "--runner", "DirectRunner")
+    return {"config": config, "reference": reference, "root": root}
+
+
 CHECK_SCRIPT = """<script>
 window.__errors = [];
 window.addEventListener("error", e => window.__errors.push(String(e.message || e.target.src || e.type)), true);

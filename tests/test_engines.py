@@ -76,22 +76,6 @@ def planted_corpus(sample: Path, corpus: Path, out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def planted(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
-    """The planted corpus, its config (near-dup and perplexity buckets on) and the DirectRunner's bytes."""
-    root = tmp_path_factory.mktemp("engines")
-    inputs = planted_corpus(sample, sample_corpus, root / "in")
-    cutoffs = root / "cutoff.csv"
-    langs = sorted(p.name.split(".")[0] for p in sample_lms.glob("*.arpa.bin"))
-    cutoffs.write_text(",".join(["", *langs]) + "\n" + "".join(
-        ",".join([str(p), *(str(50 + 5 * p) for _ in langs)]) + "\n" for p in range(100)))
-    config = ["--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"),
-              "--set", f"perplexity.models={sample_lms}", "--set", f"perplexity.cutoffs={cutoffs}",
-              "--set", "write.shard_size_mb=0.25", "--set", "beam_options=[]"]
-    reference = run(config, root / "direct", "--runner", "DirectRunner")
-    return {"config": config, "reference": reference, "root": root}
-
-
 def test_planted_duplicates_cross_files(planted):
     import json
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_engines import planted, run  # noqa: F401  (planted: the fixture, the DirectRunner's bytes)
+from test_engines import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflows"))
 import clusters  # noqa: E402
