@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import describe_corpus_config, load_config
+from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
 from .util.errors import PATH_ERRORS, UserError, one_line
 from .output.layout import shard_pattern
@@ -179,7 +179,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = KeysHelpParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
-        "run", help="run the corpus pipeline (read -> exact dedup -> language ID -> shards)",
+        "run", help=f"run the corpus pipeline: read -> the config's steps (default: {', '.join(DEFAULT_STEPS)}) -> shards",
         description="Run the CCNet-style corpus pipeline on WET/WARC files with Apache Beam.",
         epilog=lambda: RUN_EPILOG.format(keys="\n".join(describe_corpus_config())),
         formatter_class=argparse.RawDescriptionHelpFormatter)
