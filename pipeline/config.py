@@ -11,8 +11,7 @@ import dataclasses
 import types
 from typing import Any
 
-from .output.layout import FORMATS
-from .output.shards import SCHEMAS
+from .output.layout import FORMATS, SCHEMAS
 from .report.sampling import UNITS, check_rehydration
 from .steps import closest, registry, resolve
 from .steps.base import Step

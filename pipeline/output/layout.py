@@ -17,6 +17,8 @@ from . import fs
 
 FORMATS = {"arrow": ".arrow", "parquet": ".parquet", "json": ".json.gz"}
 """Shard file suffixes. ``json``: CCNet's layout, ``<lang>_<bucket>_NNNN.json.gz`` files of one JSON document a line."""
+SCHEMAS = ("polyglot", "ccnet")
+"""The shards' columns (``write.schema``): ours, or CCNet's fields (``output.shards.CCNET_COLUMNS``)."""
 REJECTED = "rejected"
 REMOVED = "removed"
 REPORT = "report"

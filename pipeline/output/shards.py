@@ -41,7 +41,6 @@ CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or
 ]
 """``write.schema: ccnet``: CCNet's fields, with its meanings (``original_length`` is the record's
 Content-Length in bytes, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
-SCHEMAS = ("polyglot", "ccnet")
 SORT_KEYS = [(name, "ascending") for name in ("id", "source", "url", "date", "digest", "text")]
 BATCH_ROWS = 1024
 
