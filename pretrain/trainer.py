@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
-                                      merged_config_data)
+                                      merged_config_data, source_of)
 from pipeline.util.errors import UserError
 from pretrain.loader import LoaderConfig
 
@@ -139,10 +139,10 @@ def load_run_config(path: str | None, sets: list[str] | None = None, overrides: 
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     cfg.loader.validate(source, "loader")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
-        raise UserError(f"{source}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
+        raise UserError(f"{source_of(source, 'optimizer.betas')}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
     for key in ("tokens", "tokenizer", "output"):
         if not getattr(cfg, key):
-            raise UserError(f"{source}: {key} is not set")
+            raise UserError(f"{source_of(source, key)}: {key} is not set")
     return cfg
 
 

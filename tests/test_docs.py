@@ -1,6 +1,7 @@
 """The newcomer's documents name what exists: every repository path in README.md and docs/*.md is
-there, and every ``from module import name`` they show imports (read from the sources, without
-importing torch or Beam). BENCHMARKS.md is a dated log and names what existed then."""
+there (also as the command of a longer code span), and every ``from module import name`` they
+show resolves (the names read from the module's source; only its packages' ``__init__`` run).
+BENCHMARKS.md is a dated log and names what existed then."""
 from __future__ import annotations
 
 import ast
@@ -12,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PATH = re.compile(r"`((?:pipeline|pretrain|xeval|workflows|configs|tests|docs)/[A-Za-z0-9_./*-]*)`")
+PATH = re.compile(r"`((?:pipeline|pretrain|xeval|workflows|configs|tests|docs)/[A-Za-z0-9_./*-]*)(?: [^`]*)?`")
 IMPORT = re.compile(r"\bfrom ((?:pipeline|pretrain|xeval)(?:\.\w+)*) import (\w+(?:, *\w+)*)")
 
 

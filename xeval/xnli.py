@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
-                                      merged_config_data)
+                                      merged_config_data, source_of)
 from pipeline.util.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
@@ -72,13 +72,13 @@ def load_config(path: str | None, overrides: dict[str, Any], sets: list[str]) ->
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     unknown = [lang for lang in cfg.languages if lang not in XNLI_LANGUAGES]
     if unknown or not cfg.languages:
-        raise UserError(f"{source}: languages {unknown or '[]'} are not XNLI languages ({' '.join(XNLI_LANGUAGES)})")
+        raise UserError(f"{source_of(source, 'languages')}: languages {unknown or '[]'} are not XNLI languages ({' '.join(XNLI_LANGUAGES)})")
     cfg.languages = [lang for lang in XNLI_LANGUAGES if lang in cfg.languages]
     outside = [lang for lang in cfg.selection_languages if lang not in cfg.languages]
     if outside or not cfg.selection_languages:
         raise UserError(f"{source}: selection_languages {outside or '[]'} must be among languages ({' '.join(cfg.languages)})")
     if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
-        raise UserError(f"{source}: seeds must be a non-empty list of distinct integers, got {cfg.seeds}")
+        raise UserError(f"{source_of(source, 'seeds')}: seeds must be a non-empty list of distinct integers, got {cfg.seeds}")
     return cfg
 
 

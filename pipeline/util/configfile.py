@@ -59,25 +59,34 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where a config's values came from: a YAML file (or none) and the ``--set`` strings applied
-    on top, so that an error about a key names what the user wrote for it."""
+    """Where a config's values came from: a YAML file (or none), the ``--set`` strings applied on
+    top and the keys the command's own options set, so that an error about a key names what the
+    user wrote for it."""
 
     path: str | None
-    sets: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Dotted key -> the ``--set`` string that gave it."""
+    given: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Dotted key -> what set it last: ``--set key=value``, or ``command line`` (an option)."""
 
     def __str__(self) -> str:
         where = self.path or "command line"
-        return f"{where} with --set {', '.join(self.sets.values())}" if self.sets else where
+        sets = [given for given in self.given.values() if given.startswith("--set ")]
+        return f"{where} with {' '.join(sets)}" if sets else where
 
     def of(self, key: str) -> str:
-        """The ``--set`` string that gave ``key`` or a section above it, else the file."""
+        """What gave ``key`` or a section above it on the command line, else the file."""
         parts = key.split(".")
         for end in range(len(parts), 0, -1):
-            given = self.sets.get(".".join(parts[:end]))
+            given = self.given.get(".".join(parts[:end]))
             if given is not None:
-                return f"--set {given}"
+                return given
         return self.path or "command line"
+
+
+def _record(given: dict[str, str], key: str, what: str) -> None:
+    """``key`` set by ``what``: it replaced whatever gave the keys below it."""
+    for old in [k for k in given if k == key or k.startswith(key + ".")]:
+        del given[old]
+    given[key] = what
 
 
 def source_of(source: Source | str, key: str) -> str:
@@ -181,10 +190,11 @@ def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None
         except yaml.YAMLError:
             raise UserError(f"--set {item!r}: the value is not valid YAML") from None
         _set_dotted(data, key.strip(), value)
-        given[key.strip()] = item.strip()
+        _record(given, key.strip(), f"--set {item.strip()}")
     for key, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(data, key, value)
+            _record(given, key, "command line")
     return data, Source(path, given)
 
 def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, ...]] | None = None) -> list[str]:

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, merged_config_data
+from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, merged_config_data, source_of
 from pipeline.util.errors import UserError
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
@@ -121,7 +121,7 @@ def validate_model_config(cfg: ModelConfig, source: Source | str) -> ModelConfig
     if cfg.arch == "deberta-v3" and not cfg.pos_att_type:
         raise UserError(f"{source}: pos_att_type must name at least one of {', '.join(POS_ATT_TYPES)}")
     if bad:
-        raise UserError(f"{source}: pos_att_type holds {bad[0]!r}; allowed: {', '.join(POS_ATT_TYPES)}")
+        raise UserError(f"{source_of(source, 'pos_att_type')}: pos_att_type holds {bad[0]!r}; allowed: {', '.join(POS_ATT_TYPES)}")
     return cfg
 
 
