@@ -6,11 +6,11 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import gz, warc_record
 
 from pipeline.config import ReadConfig
+from pipeline.runners.options import direct_pipeline
 from pipeline.steps.base import RunInfo
 from pipeline.steps.dedup import DedupConfig, ParagraphDedup
 from pipeline.transforms.dedup import ReadAndDedup
@@ -160,7 +160,7 @@ def test_beam_two_pass_dedup_on_wet_files(policy, group_files, tmp_path):
     paths = write_wet(tmp_path)
     wanted = EXPECTED[policy] if group_files != 1 else GROUPS_OF_ONE_FILE
     expected = [(k, v) for k, v in wanted.items() if len(v) >= 10]
-    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+    with direct_pipeline() as p:
         files = p | beam.Create(list(enumerate(paths)))
         step = ParagraphDedup(DedupConfig(policy=policy, min_length=10, group_files=group_files), RunInfo(len(paths)))
         out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
@@ -174,7 +174,7 @@ def test_occurrences_reach_find_duplicates_through_the_scratch_folder(tmp_path):
     expected = [(k, v) for k, v in EXPECTED["drop_all"].items() if len(v) >= 10]
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+    with direct_pipeline() as p:
         files = p | beam.Create(list(enumerate(paths)))
         step = ParagraphDedup(DedupConfig(policy="drop_all", min_length=10), RunInfo(len(paths), scratch=str(scratch)))
         out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)

@@ -25,6 +25,7 @@ from conftest import ROOT, free_port, gz, wait_for_port, warc_record
 from pipeline.__main__ import main
 from pipeline.output.layout import RUN_FILE
 from pipeline.output.shards import read_shard
+from pipeline.runners.options import direct_pipeline
 
 PY = Path(sys.executable)
 COMPARED = ("stats.json", "sampling.json")
@@ -109,6 +110,26 @@ def test_prism_writes_the_direct_runner_bytes(planted, tmp_path, monkeypatch):
     stale = PrismRunner.shared_handle.acquire(lambda: StopOnExitJobServer(PrismJobServer(PipelineOptions([]))))
     assert run(planted["config"], tmp_path / "out", "--runner", "PrismRunner") == planted["reference"]
     del stale
+
+
+def test_a_graph_of_ones_own_on_the_direct_runner_never_asks_for_prism(monkeypatch):
+    """``direct_pipeline`` (tests' and benchmarks' own graphs) runs as ``pipeline run`` does. Beam's
+    own DirectRunner first asks for a Prism job server, which downloads Prism from GitHub and
+    leaves a ``beam-temp*`` folder behind when that fails: the second graph shows that this test
+    sees the ask."""
+    from apache_beam.runners.portability.prism_runner import PrismRunner
+
+    asked = []
+
+    def refuse(self, options):
+        asked.append(options)
+        raise RuntimeError("no Prism here")
+
+    monkeypatch.setattr(PrismRunner, "default_job_server", refuse)
+    for label, make in (("ours", direct_pipeline), ("Beam's", lambda: beam.Pipeline("DirectRunner"))):
+        with make() as p:
+            assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: 2 * x), equal_to([2, 4]))
+        assert len(asked) == (label == "Beam's"), f"{label} DirectRunner: {len(asked)} Prism job server(s) asked for"
 
 
 class DaskCluster:

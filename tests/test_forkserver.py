@@ -26,7 +26,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from conftest import ROOT
 from pipeline.runners import forkserver, prefork
-from pipeline.runners.options import make_runner, pipeline_options
+from pipeline.runners.options import direct_pipeline, make_runner, pipeline_options
 from pipeline.util.errors import UserError
 
 PIECE = 10_000  # bytes: small, so a few hundred kB of input makes many pieces
@@ -119,8 +119,7 @@ def test_a_worker_with_no_input_gets_no_bundle(tmp_path, workers):
     """Beam gives every worker a bundle of every stage; here only a worker with elements gets one:
     one element -> one bundle at any worker count, none -> none; the consumers of the outputs a
     stage did not write (a side input among them) still see them, empty."""
-    options = pipeline_options("DirectRunner", [f"--direct_num_workers={workers}"])
-    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+    with direct_pipeline(f"--direct_num_workers={workers}") as p:
         one = p | "One" >> beam.Create([("a", 1)]) | "Spread" >> beam.Reshuffle()
         none = one | "Drop" >> beam.Filter(lambda _: False) | "Group" >> beam.GroupByKey()
         ones = one | "OfOne" >> beam.ParDo(Bundles(str(tmp_path), "one"), beam.pvalue.AsList(none))
@@ -138,8 +137,7 @@ def parent_command(_: int) -> str:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="needs /proc to see a worker's parent")
 def test_multi_processing_workers_are_forked_from_the_fork_server():
-    options = pipeline_options("DirectRunner", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
-    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+    with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
         parents = p | beam.Create(range(8)) | beam.Reshuffle() | beam.Map(parent_command)
         assert_that(parents | beam.Distinct(), equal_to([mock.ANY]))  # the workers share one parent ...
         assert_that(parents | "Forked" >> beam.Map(lambda cmd: "multiprocessing.forkserver" in cmd),

@@ -14,7 +14,6 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
 from datasketch import MinHash, MinHashLSH
 
 from pipeline.steps import minhash as nd
@@ -22,6 +21,7 @@ from pipeline.util.errors import UserError
 from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
 from pipeline.readers import spill
+from pipeline.runners.options import direct_pipeline
 from pipeline.transforms.near_dedup import BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform
 from pipeline.transforms.scratch import ScratchPickles, Unpickler
 from pipeline.readers.warc import RecordReader
@@ -183,7 +183,7 @@ def run_stage(docs: list[dict], cfg: NearDupConfig, work: Path, *options: str, w
     """Run the near_dedup step on ``docs``: ({kept id: cluster size}, {removed id: duplicate_of}, its counters)."""
     work.mkdir(parents=True, exist_ok=True)
     write_jsonl(docs, work / "in.jsonl")
-    p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", *options]))
+    p = direct_pipeline(*options)
     out = p | beam.io.ReadFromText(str(work / "in.jsonl")) | beam.Map(json.loads) | NearDedupTransform(
         NearDedup(cfg, RunInfo()), RunInfo(write_removed=write_removed, scratch=scratch))
     _ = (out.main | "Kept" >> beam.Map(lambda d: json.dumps([d["id"], d["minhash_cluster_size"], d["text"]]))
@@ -471,7 +471,7 @@ def test_beam_connected_components_and_convergence_counter(tmp_path):
     edges = random_graph(random.Random(7))
     expected = {n: r for n, r in union_find(edges).items() if n != r}
     for iterations, converged in ((20, True), (1, False), (0, False)):
-        p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"]))
+        p = direct_pipeline()
         out = p | beam.Create(edges) | ConnectedComponents(iterations)
         for name, tag in (("parent", "main"), ("size", "size")):
             _ = (out[tag] | f"{name}/Json" >> beam.Map(json.dumps)

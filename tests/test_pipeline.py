@@ -16,7 +16,7 @@ from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
 from pipeline.output.shards import SCHEMA, read_shard
-from pipeline.runners.options import pipeline_options
+from pipeline.runners.options import direct_pipeline, pipeline_options
 from pipeline.steps.base import Drop, RunInfo, Step
 from pipeline.transforms.counting import COUNTS, Counted, total_counts
 
@@ -163,7 +163,7 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
 
     docs = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*")) for row in read_shard(str(p)).to_pylist()]
     docs.reverse()  # and in another order than they were written
-    with beam.Pipeline("DirectRunner", options=beam.options.pipeline_options.PipelineOptions([])) as p:
+    with direct_pipeline() as p:
         _ = p | beam.Create(docs, reshuffle=False) | AsTables(batch_rows) | WriteCorpus(str(tmp_path), WriteConfig(shard_size_mb=0.5))
     assert shard_digests(tmp_path) == shard_digests(corpus)
 
@@ -234,14 +234,14 @@ def test_counts_travel_as_data_and_an_undeclared_counting_step_fails():
     applied without Counted would lose them (a runner may drop an undeclared output): it fails."""
     from pipeline.transforms.apply import ApplyStep
 
-    with beam.Pipeline("DirectRunner") as p:
+    with direct_pipeline() as p:
         docs = p | beam.Create([{"id": 2 * i} for i in range(10)])
         step = Odd()
         step.chunk_docs = 4
         _ = docs | "Step" >> Counted(ApplyStep(step))
         assert_that(total_counts(p), equal_to([{"odd": {"documents_out": 10, "seen": 10}}]))
     with pytest.raises(Exception, match="applied without Counted"):
-        with beam.Pipeline("DirectRunner") as p:
+        with direct_pipeline() as p:
             _ = p | beam.Create([{"id": 1}]) | beam.ParDo(ApplyStep(Odd()))
 
 

@@ -38,7 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import apache_beam as beam  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
 from pipeline.steps import minhash  # noqa: E402
@@ -46,6 +45,7 @@ from pipeline.steps.base import RunInfo  # noqa: E402
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig  # noqa: E402
 from pipeline.transforms.near_dedup import NearDedupTransform  # noqa: E402
 from pipeline.readers.warc import RecordReader  # noqa: E402
+from pipeline.runners.options import direct_pipeline  # noqa: E402
 
 DOC_CHARS = 500
 T = TypeVar("T")
@@ -136,7 +136,7 @@ def time_beam(path: Path, cfg: NearDupConfig, stage: bool) -> tuple[Seconds, int
     out = path.with_suffix(".kept" if stage else ".read")
     out.unlink(missing_ok=True)
     start = clock()
-    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+    with direct_pipeline() as p:
         docs = p | beam.io.ReadFromText(str(path)) | beam.Map(json.loads)
         if stage:
             docs = (docs | NearDedupTransform(NearDedup(cfg, RunInfo()))).main

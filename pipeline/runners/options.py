@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PipelineOptionsT, PortableOptions,
                                                   _BeamArgumentParser)
 from apache_beam.portability.api import beam_provision_api_pb2
@@ -188,6 +189,14 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | None:
     # as DirectRunner builds it: the options travel to the SDK workers in the provision info
     info = beam_provision_api_pb2.ProvisionInfo(pipeline_options=JobServiceHandle.encode_pipeline_options(all_options))
     return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
+
+
+def direct_pipeline(*flags: str) -> beam.Pipeline:
+    """A graph of one's own on the DirectRunner as ``pipeline run`` runs it (:func:`make_runner`), for
+    tests and benchmarks: ``beam.Pipeline("DirectRunner")`` would first try Prism, downloading it
+    from GitHub (and leaving a ``beam-temp*`` folder in the temp folder when that fails)."""
+    options = pipeline_options("DirectRunner", list(flags))
+    return beam.Pipeline(runner=make_runner(options), options=options)
 
 
 def check_engine(options: PipelineOptions) -> None:
