@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "sample"
 CACHE = Path(os.environ.get("POLYGLOT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyglot-corpus")
 CCNET = CACHE / "reference" / "cc_net-1.0.0" / "cc_net"
+# google-auth, looking for credentials for the GCS emulator's clients and Dataflow's dry run, would
+# ask GCE's metadata server (169.254.169.254); read when google.auth is imported, in every process
+os.environ.setdefault("NO_GCE_CHECK", "true")
 
 
 @pytest.fixture(scope="session")

@@ -85,9 +85,10 @@ def test_a_corpus_folder_reads_as_one_hive_partitioned_dataset(corpus):
 def test_a_corpus_folder_loads_with_hf_datasets(corpus, tmp_path, monkeypatch):
     """The call README gives for 🤗 datasets: its Arrow builder over the shards' glob (the folder
     itself mixes JSON files in), offline."""
-    datasets = pytest.importorskip("datasets", reason="datasets is not installed (make test installs it)")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # read when datasets is imported: set first
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    datasets = pytest.importorskip("datasets", reason="datasets is not installed (make test installs it)")
+    assert datasets.config.HF_HUB_OFFLINE, "datasets was imported before this test: it would count the load online"
     loaded = datasets.load_dataset("arrow", data_files={"train": str(corpus / "lang=*" / "bucket=*" / "part-*.arrow")},
                                    split="train", cache_dir=str(tmp_path / "hf"))
     shards = pa.concat_tables(read_shard(str(p)) for p in sorted(corpus.glob("lang=*/bucket=*/part-*.arrow")))
