@@ -26,6 +26,7 @@ from pipeline.__main__ import main
 from pipeline.output.layout import RUN_FILE
 from pipeline.output.shards import read_shard
 from pipeline.runners.options import direct_pipeline
+from pipeline.util.errors import UserError
 
 PY = Path(sys.executable)
 COMPARED = ("stats.json", "sampling.json")
@@ -130,6 +131,8 @@ def test_a_graph_of_ones_own_on_the_direct_runner_never_asks_for_prism(monkeypat
         with make() as p:
             assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: 2 * x), equal_to([2, 4]))
         assert len(asked) == (label == "Beam's"), f"{label} DirectRunner: {len(asked)} Prism job server(s) asked for"
+    with pytest.raises(UserError, match="direct_pipeline runs on the DirectRunner; '--runner=PrismRunner' asks"):
+        direct_pipeline("--runner=PrismRunner")
 
 
 class DaskCluster:

@@ -195,6 +195,9 @@ def direct_pipeline(*flags: str) -> beam.Pipeline:
     """A graph of one's own on the DirectRunner as ``pipeline run`` runs it (:func:`make_runner`), for
     tests and benchmarks: ``beam.Pipeline("DirectRunner")`` would first try Prism, downloading it
     from GitHub (and leaving a ``beam-temp*`` folder in the temp folder when that fails)."""
+    runner = next((flag for flag in flags if flag.split("=", 1)[0] == "--runner"), None)
+    if runner:
+        raise UserError(f"direct_pipeline runs on the DirectRunner; {runner!r} asks for another")
     options = pipeline_options("DirectRunner", list(flags))
     return beam.Pipeline(runner=make_runner(options), options=options)
 
