@@ -1,6 +1,7 @@
 """Exact paragraph dedup: the hash tables, both policies on planted duplicates, through Beam too."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import apache_beam as beam
@@ -134,12 +135,19 @@ def test_occurrence_tables():
 
 def test_remove_paragraphs_results():
     doc = docs_of(FILES[0])[0]
-    kept = remove_paragraphs(doc, {1, 3}, min_length=0)
+    kept = remove_paragraphs(doc, [1, 3], min_length=0)
     assert kept["text"] == "Titre A\nParagraphe propre à A, assez long pour rester."
     assert (kept["nlines"], kept["length"], kept["line_ids"]) == (2, len(kept["text"]), [0, 2])
     assert remove_paragraphs(doc, (), 0)["line_ids"] == [0, 1, 2, 3]
-    assert remove_paragraphs(doc, {0, 1, 2, 3}, 0) == Drop("all_paragraphs_duplicated")
-    assert remove_paragraphs(doc, {1, 2, 3}, 100) == Drop("too_short")
+    assert remove_paragraphs(doc, [0, 1, 2, 3], 0) == Drop("all_paragraphs_duplicated")
+    assert remove_paragraphs(doc, [1, 2, 3], 100) == Drop("too_short")
+
+
+def test_removal_index_merges_partitions_into_ascending_lines_per_document():
+    u32 = functools.partial(np.array, dtype=np.uint32)
+    parts = [(u32([2, 0, 2]), u32([5, 1, 0])), (u32([]), u32([])), (u32([0, 7]), u32([0, 4_000_000_000]))]
+    assert removal_index(parts) == {0: [0, 1], 2: [0, 5], 7: [4_000_000_000]}
+    assert removal_index([]) == removal_index([(u32([]), u32([]))]) == {}
 
 
 def test_groups_are_runs_of_consecutive_files_as_ccnet_cuts_a_dump():
