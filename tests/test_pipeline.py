@@ -169,6 +169,23 @@ def test_shards_do_not_depend_on_batching(corpus, tmp_path, batch_rows):
     assert shard_digests(tmp_path) == shard_digests(corpus)
 
 
+def test_a_partitioned_table_splits_into_slices_and_any_table_into_its_partitions(corpus):
+    from pipeline.output.shards import docs_to_table, partitioned_table, split_by_partition
+
+    docs = [row for p in sorted(corpus.glob("lang=*/bucket=*/part-*")) for row in read_shard(str(p)).to_pylist()]
+    docs = docs[::2] + docs[1::2]  # languages interleaved
+    expected = {}
+    for doc in docs:
+        expected.setdefault((doc["lang"], doc["bucket"]), []).append(doc["id"])
+    for table, sliced in ((partitioned_table(docs), True), (docs_to_table(docs), False)):
+        parts = list(split_by_partition(table))
+        assert [key for key, _ in parts] == sorted(expected) and len(parts) > 2
+        assert {key: sorted(part.column("id").to_pylist()) for key, part in parts} == {
+            key: sorted(ids) for key, ids in expected.items()}
+        text = table.column("text").chunk(0).buffers()[2].address  # a slice shares the table's text buffer
+        assert all((part.column("text").chunk(0).buffers()[2].address == text) == sliced for _, part in parts)
+
+
 def test_read_ahead_parses_a_chunk_before_passing_records_on():
     from pipeline.readers.files import read_ahead
 

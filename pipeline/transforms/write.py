@@ -99,7 +99,8 @@ class WriteShard(CountingDoFn):
 
 
 class AsTables(beam.PTransform):
-    """Documents -> Arrow tables of up to ``batch_rows`` rows (the corpus schema).
+    """Documents -> Arrow tables of up to ``batch_rows`` rows (the corpus schema), each table's rows
+    of one ``(lang, bucket)`` together (:func:`~pipeline.output.shards.partitioned_table`).
 
     A few large elements cost Beam far less to encode, move and count than one element per
     document. Batches are cut per bundle, so they differ between runs; nothing written does
@@ -114,7 +115,7 @@ class AsTables(beam.PTransform):
         return (
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_rows, max_batch_size=self.batch_rows)
-            | "ToTable" >> beam.Map(shards.docs_to_table).with_output_types(pa.Table)
+            | "ToTable" >> beam.Map(shards.partitioned_table).with_output_types(pa.Table)
         )
 
 
