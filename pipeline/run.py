@@ -20,6 +20,7 @@ from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, stores
 from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
+from .readers import spill
 from .report.corpus_report import build as build_report
 from .report.html import preload as preload_report
 from .runners import forkserver, ledger
@@ -217,7 +218,10 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
-    scratch = tempfile.mkdtemp(prefix="polyglot-scratch-") if local else ""
+    scratch = tempfile.mkdtemp(prefix="polyglot-scratch-", dir=spill.scratch_parent()) if local else ""
+    if scratch and spill.memory_backed(scratch):
+        LOG.warning("the scratch folder %s is in memory (a tmpfs): no spill, so the dedup pass parses every input "
+                    "file again; set TMPDIR to a folder on a disk", scratch)
     try:
         build_pipeline(pipeline, cfg, list(files), steps, scratch)
         if not build_only and preload_fits(options, cfg.runner):

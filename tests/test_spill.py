@@ -119,11 +119,33 @@ def test_stashed_tables_come_back_from_one_file_or_from_bytes_without_room(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == [parts[0].rpartition("@")[0].rsplit("/", 1)[1]]
 
 
-def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_the_scratch_folder_goes_to_a_disk_where_the_temporary_folder_is_memory(tmp_path, monkeypatch):
+    memory, disk = tmp_path / "memory", tmp_path / "disk"
+    for folder in (memory, disk, memory / "var"):
+        folder.mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {memory} tmpfs rw 0 0\n")
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(memory))
+    monkeypatch.setattr(spill, "DISK_TEMP", str(disk))
+    assert spill.scratch_parent(str(mounts)) == str(disk)
+    monkeypatch.setenv("TMPDIR", str(memory))  # set by the user: kept
+    assert spill.scratch_parent(str(mounts)) == str(memory)
+    monkeypatch.delenv("TMPDIR")
+    for elsewhere in (memory / "var", tmp_path / "absent"):  # no disk folder to go to
+        monkeypatch.setattr(spill, "DISK_TEMP", str(elsewhere))
+        assert spill.scratch_parent(str(mounts)) == str(memory)
+    monkeypatch.setattr(tempfile, "tempdir", str(disk))
+    assert spill.scratch_parent(str(mounts)) == str(disk)
+
+
+def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch,  # noqa: F811
+                                                                              caplog):
     """In-process DirectRunner on two sample files and every kind of bad record: with the scratch
     folder, each input file is read once (by the first pass) and every table moves between the write
-    stages as a file; without room there, each file is read twice and every table moves as bytes;
-    shards, stats and rejected records are the same bytes, and the run's scratch folder is gone."""
+    stages as a file; with the scratch folder in memory (a tmpfs, said in a warning), each file is
+    read twice and every table moves as bytes; shards, stats and rejected records are the same
+    bytes, and the run's scratch folder is gone."""
     from pipeline.transforms import dedup
 
     reads: list[str] = []
@@ -145,7 +167,7 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
     outputs = {}
     for name in ("spilled", "read twice"):
         if name == "read twice":
-            monkeypatch.setattr(spill, "budget", lambda scratch: 0)
+            monkeypatch.setattr(spill, "memory_backed", lambda path, mounts="": True)
         reads.clear()
         kinds.write_text("")
         out = tmp_path / name.replace(" ", "-")
@@ -158,5 +180,6 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         stashed = kinds.read_text().split()  # the Stash step's tables and SplitByShard's parts
         assert len(stashed) > 2 and set(stashed) == {"str" if name == "spilled" else "bytes"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
+        assert ("is in memory (a tmpfs): no spill" in caplog.text) == (name == "read twice")
     assert outputs["spilled"] == outputs["read twice"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5
