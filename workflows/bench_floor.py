@@ -56,6 +56,7 @@ from pathlib import Path
 from bench_perplexity import ensure_models
 from bench_pipeline import ROOT, SAMPLE_CONFIG, STEPS, CpuUse, after_dedup, bench_config, bench_sets, build_input
 from pipeline.output import shards
+from pipeline.readers import spill
 from pipeline.steps.lid import LanguageIdentifier, script_block
 from pipeline.steps import minhash
 from pipeline.steps.normalize import paragraph_hashes
@@ -170,6 +171,10 @@ def main() -> None:
     own_cpu: dict[str, list[float]] = {}  # per run and round: the round's floor / the run's CPU seconds
     config = bench_config(inputs, str(work / "unused"), 1, steps, extra)
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
+    scratch = spill.scratch_parent()
+    print(f"the runs' scratch folders go to {scratch}: "
+          + ("in memory, so no spill: the dedup pass parses every file again" if spill.memory_backed(scratch)
+             else "on a disk"), flush=True)
     for round_ in range(args.repeat):
         before = timed_floor(work, inputs, config, f"round {round_ + 1}: floor before the runs")
         times: dict[str, float] = {}
