@@ -145,7 +145,7 @@ def test_remove_paragraphs_results():
 
 def test_removal_index_merges_partitions_into_ascending_lines_per_document():
     u32 = functools.partial(np.array, dtype=np.uint32)
-    parts = [(u32([2, 0, 2]), u32([5, 1, 0])), (u32([]), u32([])), (u32([0, 7]), u32([0, 4_000_000_000]))]
+    parts = [(u32([2, 0, 2]), u32([5, 1, 0])), (u32([]), u32([])), (u32([0, 7, 2]), u32([0, 4_000_000_000, 5]))]
     assert removal_index(parts) == {0: [0, 1], 2: [0, 5], 7: [4_000_000_000]}
     assert removal_index([]) == removal_index([(u32([]), u32([]))]) == {}
 
