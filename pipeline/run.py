@@ -220,8 +220,9 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
     scratch = tempfile.mkdtemp(prefix="polyglot-scratch-", dir=spill.scratch_parent()) if local else ""
     if scratch and spill.memory_backed(scratch):
-        LOG.warning("the scratch folder %s is in memory (a tmpfs): no spill, so the dedup pass parses every input "
-                    "file again; set TMPDIR to a folder on a disk", scratch)
+        LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup parses "
+                    "every input file twice and tables move between stages as bytes; set TMPDIR to a folder on a "
+                    "disk", scratch)
     try:
         build_pipeline(pipeline, cfg, list(files), steps, scratch)
         if not build_only and preload_fits(options, cfg.runner):

@@ -180,6 +180,6 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         stashed = kinds.read_text().split()  # the Stash step's tables and SplitByShard's parts
         assert len(stashed) > 2 and set(stashed) == {"str" if name == "spilled" else "bytes"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
-        assert ("is in memory (a tmpfs): no spill" in caplog.text) == (name == "read twice")
+        assert ("is in memory (a tmpfs), so nothing is kept there" in caplog.text) == (name == "read twice")
     assert outputs["spilled"] == outputs["read twice"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5
