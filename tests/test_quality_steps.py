@@ -2,6 +2,9 @@
 without values uses the section's and is counted, odd documents never raise."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,18 @@ def test_vietnamese_words_equal_spacys_pyvi_tokenizer_on_odd_text() -> None:
     for text in ["", "   ", "\n", "A", "Xin chào!!", "Tp. Hồ Chí Minh có 12.000,5 người", "ĐẠI HỌC Quốc Gia Hà Nội",
                  "email a.b@c.vn và http://x.vn/a?b=1 ==> ... >> 3,14", "Việt Nam\n\nđất nước tươi đẹp"]:
         assert words._pyvi_words(nlp.tokenizer, text) == words._strip(nlp.tokenizer.pyvi_tokenize(text)), text
+
+
+def test_vietnamese_words_leave_no_model_file_in_a_process_that_ends_without_teardown(tmp_path) -> None:
+    """pyvi's CRF keeps its model in a temporary file that only its finalizer removes; a process
+    ending by ``os._exit`` (an SDK worker, our CLI) left one behind per process (637 KB each)."""
+    pytest.importorskip("pyvi", reason="the quality extra (pyvi) is not installed")
+    script = ("import os, sys\nfrom pipeline.steps.words import split_words\n"
+              "print(split_words('Tôi là sinh viên trường đại học', 'vi'))\n"
+              "print(sorted(os.listdir(sys.argv[1])), flush=True)\nos._exit(0)\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, "-c", script, str(temp)], capture_output=True, text=True, check=True,
+                          cwd=ROOT, env={**os.environ, "TMPDIR": str(temp)})
+    assert done.stdout.splitlines() == ["['Tôi', 'là', 'sinh viên', 'trường', 'đại học']", "[]"]
+    assert not list(temp.iterdir())

@@ -104,6 +104,7 @@ class WordTokenizer:
             jieba.setLogLevel(logging.WARNING)  # not a line per worker about its dictionary
             return lambda text: _strip(jieba.cut(text, cut_all=False))
         if self.code == "vi":  # spaCy's Vietnamese tokenizer's pyvi words, with pyvi's features made faster
+            _pyvi_model_in_memory()
             return functools.partial(_pyvi_words, nlp.tokenizer)
         tokenizer = nlp.tokenizer
 
@@ -118,6 +119,18 @@ class WordTokenizer:
                 return _strip(token.text for token in doc)
 
         return run
+
+
+def _pyvi_model_in_memory() -> None:
+    """pyvi's CRF, unpickled on import, writes its model to a temporary file (637 KB) that only its
+    finalizer removes: never, in a process that ends by ``os._exit`` or a signal (an SDK worker, our
+    CLI), so each such process left one in the temporary folder. Open the tagger now (crfsuite reads
+    the whole file into memory) and remove the file."""
+    from pyvi.ViTokenizer import ViTokenizer
+
+    model = ViTokenizer.model
+    model.tagger_  # noqa: B018  (the property opens the file)
+    model.modelfile.cleanup()
 
 
 def _pyvi_features(words: list[str]) -> list[dict[str, Any]]:
