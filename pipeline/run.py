@@ -218,7 +218,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
-    scratch = tempfile.mkdtemp(prefix="polyglot-scratch-", dir=spill.scratch_parent()) if local else ""
+    held = spill.Scratch() if local else None
+    scratch = held.path if held else ""
     if scratch and spill.memory_backed(scratch):
         LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup parses "
                     "every input file twice and tables move between stages as bytes; set TMPDIR to a folder on a "
@@ -245,8 +246,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         raise
     finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
         shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if held:
+            held.remove()
     folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)

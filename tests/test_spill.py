@@ -6,6 +6,8 @@ moves every table as bytes."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -137,6 +139,37 @@ def test_the_scratch_folder_goes_to_a_disk_where_the_temporary_folder_is_memory(
         assert spill.scratch_parent(str(mounts)) == str(memory)
     monkeypatch.setattr(tempfile, "tempdir", str(disk))
     assert spill.scratch_parent(str(mounts)) == str(disk)
+
+
+def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, caplog):
+    """Real processes: one makes a scratch folder and is SIGKILLed (the kernel frees its lock), one
+    makes one and lives on; the next scratch folder made there removes the first only. A folder
+    without a lock file, and one whose lock file is empty (being made), are left alone."""
+    script = ("import sys, time\nfrom pipeline.readers.spill import Scratch\n"
+              "print(Scratch(sys.argv[1]).path, flush=True)\ntime.sleep(120)\n")
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=root)
+             for _ in range(2)]
+    try:
+        killed, alive = (Path(proc.stdout.readline().strip()) for proc in procs)
+        (killed / "000001.spill").write_bytes(b"what the killed run read")
+        procs[0].kill()
+        procs[0].wait()
+        bare, making = tmp_path / f"{spill.SCRATCH_PREFIX}bare", tmp_path / f"{spill.SCRATCH_PREFIX}making"
+        for folder in (bare, making):
+            folder.mkdir()
+        (making / spill.LOCK_FILE).touch()
+        with caplog.at_level("INFO", logger=spill.__name__):
+            mine = spill.Scratch(str(tmp_path))
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, bare, making, Path(mine.path)))
+        assert f"removed {killed}, the scratch folder of a run that was killed" in caplog.text
+        assert spill.abandoned(str(tmp_path)) == []  # the living run's and this one's are held
+        mine.remove()
+        assert not Path(mine.path).exists()
+    finally:
+        procs[1].kill()
+        procs[1].wait()
+    assert spill.abandoned(str(tmp_path)) == [str(alive)]
 
 
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch,  # noqa: F811

@@ -22,6 +22,9 @@ documents as dicts, drops, notes and rejected records as tagged tuples), ended b
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import glob
+import logging
 import marshal
 import os
 import shutil
@@ -34,6 +37,10 @@ SPARE_BYTES = 2**30
 """Free bytes a spill never takes (nor 5 % of the disk, whichever is more)."""
 DISK_TEMP = "/var/tmp"
 """The temporary folder on a disk (the FHS's, kept across reboots), where ``/tmp`` is memory."""
+SCRATCH_PREFIX = "polyglot-scratch-"
+LOCK_FILE = ".lock"
+"""Held (``flock``) by the run that made the scratch folder for as long as that run's process lives."""
+LOG = logging.getLogger(__name__)
 _KINDS: dict[str, type] = {"drop": Drop, "note": Note, "rejected": Rejected}
 _TAGS = {cls: tag for tag, cls in _KINDS.items()}
 _FRAME = 8
@@ -84,6 +91,49 @@ def scratch_parent(mounts: str = "/proc/self/mounts") -> str:
             and os.access(DISK_TEMP, os.W_OK | os.X_OK) and not memory_backed(DISK_TEMP, mounts)):
         return DISK_TEMP
     return temp
+
+
+class Scratch:
+    """A run's scratch folder under :func:`scratch_parent` (spills, stashed tables), removed by
+    :meth:`remove` when the run ends, failed or not. A run whose process was killed (SIGKILL, out
+    of memory) cannot remove its own, and on a disk it could hold a copy of every input file read:
+    so the folder's lock file is held by this process (``flock``, which the kernel releases when the
+    process dies, whatever its pid namespace), and each new scratch folder first removes those in
+    the same place whose lock is free. A folder without a lock file, or with an empty one (being
+    made), is left alone."""
+
+    def __init__(self, parent: str | None = None) -> None:
+        parent = parent or scratch_parent()
+        for path in abandoned(parent):
+            shutil.rmtree(path, ignore_errors=True)
+            LOG.info("removed %s, the scratch folder of a run that was killed", path)
+        self.path = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)
+        self._lock = os.open(os.path.join(self.path, LOCK_FILE), os.O_WRONLY | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        os.write(self._lock, f"{os.getpid()}\n".encode())  # empty until locked: another run's scan leaves it
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.close(self._lock)
+
+
+def abandoned(parent: str) -> list[str]:
+    """The scratch folders in ``parent`` whose lock no process holds (their run was killed)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(parent), f"{SCRATCH_PREFIX}*"))):
+        try:
+            lock = os.open(os.path.join(path, LOCK_FILE), os.O_WRONLY)
+        except OSError:  # no lock file (being made), not ours to open, or removed meanwhile
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(lock).st_size:  # empty: its run has not taken the lock yet
+                found.append(path)
+        except OSError:  # held: its run goes on
+            pass
+        finally:
+            os.close(lock)
+    return found
 
 
 def budget(scratch: str) -> int:
