@@ -251,6 +251,7 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(t
 
     options = PipelineOptions(["--dask_npartitions=2"])
     p = beam.Pipeline(options=options)
+    shutil.rmtree(p.local_tempdir)  # Beam's, removed by run(): this graph is translated, not run
     a = p | "Nums" >> beam.Create(range(4)) | "A" >> beam.ParDo(_Log("a"))
     b = a | "B" >> beam.ParDo(_Log("b"))
     total = a | "Total" >> beam.CombineGlobally(sum)
@@ -419,6 +420,7 @@ def test_near_dedup_imports_neither_datasketch_nor_scipy():
     """Building the near-dup graph and what its workers derive (the band layout, the permutations)
     import neither datasketch nor scipy under it (0.6-0.75 s in every process that ran near-dup)."""
     script = """
+import shutil
 import sys
 import apache_beam as beam
 from pipeline.config import load_config
@@ -427,7 +429,9 @@ from pipeline.steps import minhash
 cfg = load_config("configs/corpus/sample.yaml", {"input": ["x.wet.gz"], "output": "/tmp/unused", "runner": None},
                   ["steps=[dedup, lid, near_dedup]"])
 steps = build_steps(cfg, 1)
-build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+p = beam.Pipeline()
+shutil.rmtree(p.local_tempdir)  # Beam's, removed by run(): this graph is built, not run
+build_pipeline(p, cfg, ["x.wet.gz"], steps)
 near = cfg.section("near_dedup")
 print(near.band_rows(), minhash.permutations(near.num_perm, near.seed)[0].shape)
 print(sorted(m for m in ("datasketch", "scipy") if m in sys.modules))

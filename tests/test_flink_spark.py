@@ -29,20 +29,20 @@ def pool(tmp_path_factory):
 
 
 class Watch(threading.Thread):
-    """Samples the pool's SDK worker processes while a run goes on; ``act`` (once, when ``ready()``
-    says so) is the fault to inject."""
+    """Samples the pool's SDK worker processes while a run goes on; ``act`` (once, on the worker
+    ``pick`` names, when it names one) is the fault to inject."""
 
-    def __init__(self, pool: clusters.WorkerPool, ready=None, act=None) -> None:
+    def __init__(self, pool: clusters.WorkerPool, pick=None, act=None) -> None:
         super().__init__(daemon=True)
-        self.pool, self.ready, self.act = pool, ready, act
+        self.pool, self.pick, self.act = pool, pick, act
         self.most, self.acted, self.done = 0, False, threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             workers = self.pool.workers()
             self.most = max(self.most, len(workers))
-            if self.act and not self.acted and self.ready(workers):
-                self.act(workers)
+            if self.act and not self.acted and (pid := self.pick(workers)) is not None:
+                self.act(pid)
                 self.acted = True
             time.sleep(0.3)
 
@@ -53,6 +53,25 @@ class Watch(threading.Thread):
     def __exit__(self, *exc) -> None:
         self.done.set()
         self.join(timeout=10)
+
+
+def at_work(pids: list[int]) -> list[int]:
+    """The SDK workers of ``pids`` connected to the runner and at work: two TCP connections or more
+    (control and data). One killed before it connects (3 s or more of imports, longer while the
+    machine is busy) is waited for without end by Beam's Flink and Spark runners ("Still waiting for
+    startup of environment"), so a worker's age says nothing: a kill at 4 or 8 s hung these tests
+    when they ran after others."""
+    import psutil
+
+    busy = []
+    for pid in pids:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:  # ended meanwhile
+            continue
+        if sum(c.status == psutil.CONN_ESTABLISHED for c in connections) >= 2:
+            busy.append(pid)
+    return busy
 
 
 def test_flink_session_cluster_with_two_sdk_workers_writes_the_direct_runner_bytes(planted, pool, tmp_path):
@@ -84,19 +103,14 @@ def test_flink_local_writes_the_direct_runner_bytes(planted, tmp_path):
                "--environment_type", "LOOPBACK") == planted["reference"]
 
 
-def _busy(flink: clusters.FlinkCluster, workers: int = 2, seconds: float = 8):
-    """ready(): a job is running and its ``workers`` SDK workers have been up ``seconds`` (connected
-    and at work: Beam's Flink runner waits without end for an SDK worker that dies while starting)."""
-    import psutil
+def _busy(flink: clusters.FlinkCluster, workers: int = 2):
+    """pick(): while a job runs and its ``workers`` SDK workers are all at work, one of them."""
 
-    def ready(pids: list[int]) -> bool:
-        try:
-            ages = [time.time() - psutil.Process(pid).create_time() for pid in pids]
-        except psutil.Error:
-            return False
-        return len(ages) >= workers and min(ages) > seconds and flink.overview()["jobs-running"] == 1
+    def pick(pids: list[int]) -> int | None:
+        busy = at_work(pids)
+        return busy[0] if len(busy) >= workers and flink.overview()["jobs-running"] == 1 else None
 
-    return ready
+    return pick
 
 
 def restarts(flink: clusters.FlinkCluster) -> int:
@@ -111,7 +125,7 @@ def test_flink_survives_a_killed_taskmanager(planted, tmp_path):
     """The only TaskManager SIGKILLed mid-run and a new one started (what a supervisor does): the
     restart strategy runs the job again on it, and the output is the undisturbed run's."""
     with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, clusters.WorkerPool(tmp_path / "pool") as pool:
-        def kill(_workers: list[int]) -> None:
+        def kill(_worker: int) -> None:
             flink.kill(flink.taskmanagers[0])
             flink.taskmanagers.append(flink.start_taskmanager())
 
@@ -127,7 +141,7 @@ def test_flink_survives_a_killed_sdk_worker(planted, tmp_path):
     """One Python SDK worker process SIGKILLed mid-run: Flink fails the tasks it served, restarts
     them with a new SDK worker, and the output is the undisturbed run's."""
     with clusters.FlinkCluster(tmp_path / "flink", slots=2) as flink, clusters.WorkerPool(tmp_path / "pool") as pool:
-        with Watch(pool, _busy(flink), lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
+        with Watch(pool, _busy(flink), lambda worker: os.kill(worker, signal.SIGKILL)) as watch:
             digests = run(planted["config"], tmp_path / "out", *clusters.flags("FlinkRunner", flink, pool, workers=2))
         assert watch.acted, "the job ended before an SDK worker could be killed"
         assert restarts(flink), "the job was not restarted"
@@ -140,16 +154,11 @@ def test_spark_survives_a_killed_sdk_worker_when_workers_are_not_kept(planted, t
     SIGKILLed mid-task fails only that task; Spark retries it with a new SDK worker and the output is
     the undisturbed run's. (With the executor's SDK workers kept, our default, a dead one fails the
     tasks given to it until the job fails: README, "Spark".)"""
-    import psutil
-
-    def ready(pids: list[int]) -> bool:
-        try:
-            return any(time.time() - psutil.Process(pid).create_time() > 4 for pid in pids)
-        except psutil.Error:
-            return False
+    def pick(pids: list[int]) -> int | None:
+        return next(iter(at_work(pids)), None)
 
     with clusters.SparkCluster(tmp_path / "spark", cores=2) as spark, clusters.WorkerPool(tmp_path / "pool") as pool:
-        with Watch(pool, ready, lambda workers: os.kill(workers[0], signal.SIGKILL)) as watch:
+        with Watch(pool, pick, lambda worker: os.kill(worker, signal.SIGKILL)) as watch:
             digests = run(planted["config"], tmp_path / "out", *clusters.flags("SparkRunner", spark, pool, workers=2),
                           "--environment_cache_millis=0")
         assert watch.acted, "the job ended before an SDK worker could be killed"
