@@ -218,13 +218,14 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
         raise UserError(f"{exc}{ours}") from None
     local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
-    held = spill.Scratch() if local else None
-    scratch = held.path if held else ""
-    if scratch and spill.memory_backed(scratch):
-        LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup parses "
-                    "every input file twice and tables move between stages as bytes; set TMPDIR to a folder on a "
-                    "disk", scratch)
+    held = None
     try:
+        held = spill.Scratch() if local else None
+        scratch = held.path if held else ""
+        if scratch and spill.memory_backed(scratch):
+            LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup parses "
+                        "every input file twice and tables move between stages as bytes; set TMPDIR to a folder on "
+                        "a disk", scratch)
         build_pipeline(pipeline, cfg, list(files), steps, scratch)
         if not build_only and preload_fits(options, cfg.runner):
             preload_report()

@@ -6,6 +6,7 @@ moves every table as bytes."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -143,8 +144,10 @@ def test_the_scratch_folder_goes_to_a_disk_where_the_temporary_folder_is_memory(
 
 def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, caplog):
     """Real processes: one makes a scratch folder and is SIGKILLed (the kernel frees its lock), one
-    makes one and lives on; the next scratch folder made there removes the first only. A folder
-    without a lock file, and one whose lock file is empty (being made), are left alone."""
+    makes one and lives on; the next scratch folder made there removes the first only. Left alone:
+    a folder without a lock file, one whose lock file is empty (being made), one whose lock names
+    another host (a shared file system), one whose lock file is a link or a FIFO (another user's
+    trap: opening a FIFO would wait), and a link to a folder."""
     script = ("import sys, time\nfrom pipeline.readers.spill import Scratch\n"
               "print(Scratch(sys.argv[1]).path, flush=True)\ntime.sleep(120)\n")
     root = Path(__file__).resolve().parents[1]
@@ -155,13 +158,18 @@ def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, 
         (killed / "000001.spill").write_bytes(b"what the killed run read")
         procs[0].kill()
         procs[0].wait()
-        bare, making = tmp_path / f"{spill.SCRATCH_PREFIX}bare", tmp_path / f"{spill.SCRATCH_PREFIX}making"
-        for folder in (bare, making):
+        left = {name: tmp_path / f"{spill.SCRATCH_PREFIX}{name}" for name in ("bare", "making", "far", "link", "fifo")}
+        for folder in left.values():
             folder.mkdir()
-        (making / spill.LOCK_FILE).touch()
+        (left["making"] / spill.LOCK_FILE).touch()
+        (left["far"] / spill.LOCK_FILE).write_text("another-host 12\n")
+        (left["link"] / spill.LOCK_FILE).symlink_to(killed / spill.LOCK_FILE)
+        os.mkfifo(left["fifo"] / spill.LOCK_FILE)
+        (tmp_path / f"{spill.SCRATCH_PREFIX}to-killed").symlink_to(killed)
         with caplog.at_level("INFO", logger=spill.__name__):
             mine = spill.Scratch(str(tmp_path))
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, bare, making, Path(mine.path)))
+        kept = [alive, *left.values(), tmp_path / f"{spill.SCRATCH_PREFIX}to-killed", Path(mine.path)]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
         assert f"removed {killed}, the scratch folder of a run that was killed" in caplog.text
         assert spill.abandoned(str(tmp_path)) == []  # the living run's and this one's are held
         mine.remove()
@@ -170,6 +178,26 @@ def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, 
         procs[1].kill()
         procs[1].wait()
     assert spill.abandoned(str(tmp_path)) == [str(alive)]
+
+
+def test_a_scratch_folder_where_nothing_locks_has_no_lock_file_and_one_that_cannot_be_made_is_one_line(tmp_path,
+                                                                                                         monkeypatch):
+    import errno
+    import fcntl
+
+    from pipeline.util.errors import UserError
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)  # NFS without lockd, Lustre without flock
+    made = spill.Scratch(str(tmp_path))
+    assert list(Path(made.path).iterdir()) == []  # never taken for abandoned by another run
+    made.remove()
+    assert not Path(made.path).exists()
+    with pytest.raises(UserError, match=f"cannot make the run's scratch folder in {tmp_path / 'absent'}: No such "
+                                        "file or directory; set TMPDIR to a writable folder on a local disk"):
+        spill.Scratch(str(tmp_path / "absent"))
 
 
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch,  # noqa: F811

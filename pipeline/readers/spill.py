@@ -28,10 +28,13 @@ import logging
 import marshal
 import os
 import shutil
+import socket
+import stat
 import tempfile
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from ..steps.base import CHUNK_DOCS, Drop, Note, Rejected
+from ..util.errors import UserError
 
 SPARE_BYTES = 2**30
 """Free bytes a spill never takes (nor 5 % of the disk, whichever is more)."""
@@ -98,42 +101,78 @@ class Scratch:
     :meth:`remove` when the run ends, failed or not. A run whose process was killed (SIGKILL, out
     of memory) cannot remove its own, and on a disk it could hold a copy of every input file read:
     so the folder's lock file is held by this process (``flock``, which the kernel releases when the
-    process dies, whatever its pid namespace), and each new scratch folder first removes those in
-    the same place whose lock is free. A folder without a lock file, or with an empty one (being
-    made), is left alone."""
+    process dies) and names this host and process once held, and each new scratch folder first
+    removes those beside it that :func:`abandoned` finds. Where the file system cannot lock, the
+    folder is made without a lock file, and so is never taken for abandoned."""
 
     def __init__(self, parent: str | None = None) -> None:
         parent = parent or scratch_parent()
         for path in abandoned(parent):
             shutil.rmtree(path, ignore_errors=True)
             LOG.info("removed %s, the scratch folder of a run that was killed", path)
-        self.path = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)
-        self._lock = os.open(os.path.join(self.path, LOCK_FILE), os.O_WRONLY | os.O_CREAT, 0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
-        os.write(self._lock, f"{os.getpid()}\n".encode())  # empty until locked: another run's scan leaves it
+        try:
+            self.path = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)
+        except OSError as exc:
+            raise UserError(f"cannot make the run's scratch folder in {parent}: {exc.strerror}; set TMPDIR to a "
+                            "writable folder on a local disk") from None
+        lock = os.path.join(self.path, LOCK_FILE)
+        self._lock: int | None = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            os.write(self._lock, _owner().encode())  # empty until held: another run's scan leaves it
+            _HELD.add(self.path)
+        except OSError:  # no locks here (Lustre without flock, NFS without lockd): no lock file either
+            os.close(self._lock)
+            self._lock = None
+            os.unlink(lock)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        os.close(self._lock)
+        _HELD.discard(self.path)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+_HELD: set[str] = set()
+"""This process's scratch folders: never abandoned (on NFS a lock is the process's, so locking one
+of them again would succeed, and closing it would free the run's own lock)."""
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()} {os.getpid()}\n"
 
 
 def abandoned(parent: str) -> list[str]:
-    """The scratch folders in ``parent`` whose lock no process holds (their run was killed)."""
-    found = []
+    """The scratch folders in ``parent`` of this user whose run was killed: a lock file (a regular
+    file, not a link) that no process holds and that names this host (a network file system may
+    lock per machine only). A folder being made (its lock file empty), another user's, or another
+    host's is left alone."""
+    found, host = [], socket.gethostname()
     for path in sorted(glob.glob(os.path.join(glob.escape(parent), f"{SCRATCH_PREFIX}*"))):
-        try:
-            lock = os.open(os.path.join(path, LOCK_FILE), os.O_WRONLY)
-        except OSError:  # no lock file (being made), not ours to open, or removed meanwhile
+        if path in _HELD:
             continue
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.fstat(lock).st_size:  # empty: its run has not taken the lock yet
-                found.append(path)
+            if not _mine(os.lstat(path), stat.S_ISDIR):
+                continue
+            lock = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # no lock file (made where nothing locks), a link, or removed meanwhile
+            continue
+        try:
+            if _mine(os.fstat(lock), stat.S_ISREG):
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                owner = os.read(lock, 4096).decode(errors="replace").split()
+                if owner and owner[0] == host:
+                    found.append(path)
         except OSError:  # held: its run goes on
             pass
         finally:
             os.close(lock)
     return found
+
+
+def _mine(info: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    return kind(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def budget(scratch: str) -> int:

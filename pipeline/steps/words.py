@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from itertools import chain
 from typing import Any, Callable
 
@@ -121,6 +122,9 @@ class WordTokenizer:
         return run
 
 
+_PYVI_LOCK = threading.Lock()
+
+
 def _pyvi_model_in_memory() -> None:
     """pyvi's CRF, unpickled on import, writes its model to a temporary file (637 KB) that only its
     finalizer removes: never, in a process that ends by ``os._exit`` or a signal (an SDK worker, our
@@ -129,8 +133,10 @@ def _pyvi_model_in_memory() -> None:
     from pyvi.ViTokenizer import ViTokenizer
 
     model = ViTokenizer.model
-    model.tagger_  # noqa: B018  (the property opens the file)
-    model.modelfile.cleanup()
+    with _PYVI_LOCK:  # two threads of one SDK worker may load at once: one opens, then the file goes
+        if model.modelfile.name is not None:
+            model.tagger_  # noqa: B018  (the property opens the file)
+            model.modelfile.cleanup()
 
 
 def _pyvi_features(words: list[str]) -> list[dict[str, Any]]:
