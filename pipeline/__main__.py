@@ -38,6 +38,9 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
     docs = read.get("documents", 0)
     lines.append(f"  read {docs} documents ({docs / max(report['elapsed_s'], 1e-9):.0f} documents/s), "
                  f"rejected {sum(v for k, v in read.items() if k.startswith('rejected_'))}")
+    if parts := report.get("transform_s"):  # where the runner reports it (the DirectRunner)
+        lines.append("  time in the graph's parts (seconds, all workers): "
+                     + ", ".join(f"{label} {s:.1f}" for label, s in sorted(parts.items(), key=lambda kv: -kv[1])))
     for step in (*report["config"]["steps"], "write"):
         if step in counters:
             lines.append(f"  {step}: " + ", ".join(f"{k}={v}" for k, v in counters[step].items()))

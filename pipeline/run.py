@@ -10,9 +10,11 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.metrics import monitoring_infos
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions
 
 from .config import CorpusConfig
@@ -173,6 +175,26 @@ def preload_fits(options: PipelineOptions, runner: str) -> bool:
     return True
 
 
+def transform_seconds(result: Any) -> dict[str, float]:
+    """Seconds spent in each part of the graph, summed over the workers, as Beam's SDK workers
+    measure it (``ptransform_execution_time``: the wall time a transform's start, process and
+    finish held the bundle's thread, without the transforms it hands elements to, sampled every
+    200 ms); by top-level label with a composite's named part (``Read/HashParagraphs``, ``Lid``).
+    What the run's elapsed time holds beyond their sum divided by the workers is the runner's own
+    work: setting up the stages and moving data between them. The DirectRunner (Beam's
+    FnApiRunner) reports it to the driver; a result without it gives ``{}``."""
+    infos = getattr(result, "monitoring_infos", None)
+    if infos is None:
+        return {}
+    msecs: Counter[str] = Counter()
+    for info in infos():
+        if info.urn == monitoring_infos.TOTAL_MSECS_URN:
+            top, _, rest = info.labels.get(monitoring_infos.PTRANSFORM_LABEL, "").partition("/")
+            part = rest.split("/")[0]
+            msecs[f"{top}/{part}" if part and "(" not in part else top] += monitoring_infos.extract_counter_value(info)
+    return {label: round(ms / 1000, 1) for label, ms in sorted(msecs.items()) if ms >= 50}
+
+
 def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False) -> dict[str, Any]:
     """Run the whole pipeline; return the content of ``stats.json`` and ``run.json`` together.
 
@@ -253,7 +275,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
-           "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {})}
+           "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
+           **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {})}
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)

@@ -68,6 +68,35 @@ def test_shards_per_language_with_the_fixed_schema(corpus):
         assert pa.ipc.open_file(str(path)).schema.equals(SCHEMA)
 
 
+def test_run_json_says_where_the_workers_spent_their_time(corpus):
+    """Beam's per-transform execution time, by part of the graph. It is sampled every 200 ms, so
+    on a run this short only the parts that took the most show; never more than the run."""
+    run = json.loads((corpus / "run.json").read_text())
+    parts = run["transform_s"]
+    assert parts and list(parts) == sorted(parts) and all(s > 0 for s in parts.values()), parts
+    tops = {"Files", "Distribute", "Read", "Lid", "NearDedup", "AsTables", "WriteCorpus", "WriteRemoved",
+            "RejectedAsDicts", "WriteRejected", "SumCounts", "WriteStats"}
+    assert {label.split("/")[0] for label in parts} <= tops, parts
+    assert sum(parts.values()) <= run["elapsed_s"] + 0.5
+
+
+def test_transform_seconds_groups_by_part_and_needs_a_runner_that_reports():
+    from apache_beam.metrics import monitoring_infos as mi
+
+    from pipeline.run import transform_seconds
+
+    class Result:
+        def monitoring_infos(self):
+            return [mi.int64_counter(mi.TOTAL_MSECS_URN, ms, ptransform=label) for label, ms in (
+                ("Read/HashParagraphs", 1200), ("Read/Read/ParDo(ReadFiles)/ParDo(ReadFiles)", 40),
+                ("Lid/ParDo(ApplyStep)/ParDo(ApplyStep)", 2960), ("Lid/ParDo(ApplyStep)", 100),
+                ("WriteStats", 49), ("WriteCorpus/WriteShard/ParDo(WriteShard)/ParDo(WriteShard)", 260))] + [
+                mi.int64_counter(mi.ELEMENT_COUNT_URN, 7, pcollection="docs")]
+
+    assert transform_seconds(Result()) == {"Lid": 3.1, "Read/HashParagraphs": 1.2, "WriteCorpus/WriteShard": 0.3}
+    assert transform_seconds(object()) == {}  # a runner whose result has no monitoring infos (Dask, portable)
+
+
 def test_a_corpus_folder_reads_as_one_hive_partitioned_dataset(corpus):
     """The call README gives: every shard, none of the other files, lang/bucket from the folders."""
     import pyarrow.dataset as ds

@@ -29,11 +29,13 @@ process instead, after the floor, the same chain took 20-50 % longer (95 s again
 worker, one pair). Each run's CPU seconds in Python processes (driver, fork server, workers; the
 whole command, its imports and report included) are sampled too, and the round's floor as a share
 of them printed: the part of the gap to the floor that is work beyond it, on any core, rather than
-cores left idle (serial stages, one worker waiting for the other). ``floor / time`` is printed per run (for n workers against the floor divided by
-n: n cores busy), best against best over ``--repeat`` rounds, and each round's runs against that
-round's own floor (the machine's speed per core can swing within minutes: the `predict` floor
-took 11.3 s and 17.3 s an hour apart here, so a best floor from one round against a best run from
-another says little). A round times the floor before its runs and again after them, and takes
+cores left idle (serial stages, one worker waiting for the other). Each run's line also gives the
+seconds its workers spent in each part of the graph (run.json's ``transform_s``, Beam's own
+measure), so that a gap can be put on the stage that has it. ``floor / time`` is printed per run
+(for n workers against the floor divided by n: n cores busy), best against best over ``--repeat``
+rounds, and each round's runs against that round's own floor (the machine's speed per core can
+swing within minutes: the `predict` floor took 11.3 s and 17.3 s an hour apart here, so a best
+floor from one round against a best run from another says little). A round times the floor before its runs and again after them, and takes
 the mean of the two, so that a drift of the machine's speed across the round cancels; its runs
 go in the order of ``--workers`` in odd rounds and the reverse in even ones. The machine's speed
 per core is printed as the time of a fixed 10-million-addition Python loop, to compare figures
@@ -129,10 +131,12 @@ def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
     return seconds
 
 
-def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str, extra: list[str]) -> tuple[float, float]:
+def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str,
+                 extra: list[str]) -> tuple[float, float, dict[str, float]]:
     """``python -m pipeline run`` on ``inputs`` in a new process: the ``elapsed_s`` of its run.json,
-    and the CPU seconds of the Python processes meanwhile (its driver, fork server and workers, over
-    the whole command: imports and report included)."""
+    the CPU seconds of the Python processes meanwhile (its driver, fork server and workers, over
+    the whole command: imports and report included), and run.json's ``transform_s`` (the seconds
+    Beam's workers spent in each part of the graph, summed over them)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(SAMPLE_CONFIG), "--output", str(out),
                *(f"--input={path}" for path in inputs), *(f"--set={s}" for s in bench_sets(workers, steps, extra))]
@@ -141,7 +145,8 @@ def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str, extra: 
     if done.returncode:  # its stderr is Beam's warnings otherwise
         sys.exit(f"pipeline run failed (exit {done.returncode}): {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     with open(out / "run.json") as f:
-        return json.load(f)["elapsed_s"], cpu.by_kind.get("python", 0.0)
+        run = json.load(f)
+    return run["elapsed_s"], cpu.by_kind.get("python", 0.0), run.get("transform_s", {})
 
 
 def main() -> None:
@@ -181,8 +186,10 @@ def main() -> None:
         cpu: dict[str, float] = {}
         for workers in counts if round_ % 2 == 0 else counts[::-1]:  # each count first in every other round
             name = run_name(workers)
-            times[name], cpu[name] = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
-            print(f"round {round_ + 1}: {name}: {times[name]:.1f} s; {cpu[name]:.1f} CPU-s in its Python processes",
+            times[name], cpu[name], parts = pipeline_run(inputs, work / f"floor-run{workers}", workers, steps, extra)
+            print(f"round {round_ + 1}: {name}: {times[name]:.1f} s; {cpu[name]:.1f} CPU-s in its Python processes; "
+                  f"{sum(parts.values()):.1f} s in the graph's transforms (all workers): "
+                  + ", ".join(f"{label} {s:.1f}" for label, s in sorted(parts.items(), key=lambda kv: -kv[1])),
                   flush=True)
         after = timed_floor(work, inputs, config, f"round {round_ + 1}: floor after the runs")
         for stage in before:  # the round's floor: the mean of the two around its runs (a linear drift cancels)

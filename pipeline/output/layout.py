@@ -5,7 +5,7 @@
 <out>/rejected/part-NNNNN.jsonl             records that could not become documents, with the reason
 <out>/removed/<step>/part-NNNNN.jsonl       what each step removed, with the reason (write.removed)
 <out>/stats.json  <out>/sampling.json        counters and per-language totals; alpha-sampling weights
-<out>/run.json                               what differs between runs (runner, elapsed time)
+<out>/run.json                               what differs between runs (runner, elapsed time, time per part)
 <out>/report/                                the corpus report (HTML, Markdown, PNG)
 <out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
 <out>/_staging-<id>/_run-state.json          its config and input fingerprint, and its DaskRunner task folder
@@ -23,7 +23,7 @@ REJECTED = "rejected"
 REMOVED = "removed"
 REPORT = "report"
 ARTIFACTS = ("stats.json", "sampling.json")
-RUN_FILE = "run.json"  # runner, elapsed time: what differs between runs of the same input and config
+RUN_FILE = "run.json"  # runner, elapsed time, time per part: what differs between runs of the same input and config
 STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
 RUN_STATE = "_run-state.json"  # in the staging folder: what --resume and `pipeline status` read (see run.py)
 TASK_FOLDER = "polyglot-run-"  # a DaskRunner run's task folder: <temp_location or system temp>/polyglot-run-<id>
