@@ -22,9 +22,9 @@ the floor:
     by language (the sort timed too; one language's models in a row: about 0.8x the time).
 The floor leaves out what a chain must also do: find the duplicates among the hashes, cut the
 paragraphs out, band and join the near-duplicates, shard by language and write stats.
-``pipeline run`` is the command a user types (``python -m pipeline run``), each run in a new process;
-its time is run.json's ``elapsed_s`` (the graph built and run; not the checks before nor the
-report after), at each worker count ``--workers`` names (1 and 2 by default). Run inside this
+``pipeline run`` is the command a user types (``python -m pipeline run``), each run in a new
+process; its time is run.json's ``elapsed_s`` (the graph built and run; not the checks before nor
+the report after), at each worker count ``--workers`` names (1 and 2 by default). Run inside this
 process instead, after the floor, the same chain took 20-50 % longer (95 s against 79 s at 1
 worker, one pair). Each run's CPU seconds in Python processes (driver, fork server, workers; the
 whole command, its imports and report included) are sampled too, and the round's floor as a share
@@ -35,11 +35,11 @@ measure), so that a gap can be put on the stage that has it. ``floor / time`` is
 (for n workers against the floor divided by n: n cores busy), best against best over ``--repeat``
 rounds, and each round's runs against that round's own floor (the machine's speed per core can
 swing within minutes: the `predict` floor took 11.3 s and 17.3 s an hour apart here, so a best
-floor from one round against a best run from another says little). A round times the floor before its runs and again after them, and takes
-the mean of the two, so that a drift of the machine's speed across the round cancels; its runs
-go in the order of ``--workers`` in odd rounds and the reverse in even ones. The machine's speed
-per core is printed as the time of a fixed 10-million-addition Python loop, to compare figures
-taken on other machines.
+floor from one round against a best run from another says little). A round times the floor before
+its runs and again after them, and takes the mean of the two, so that a drift of the machine's
+speed across the round cancels; its runs go in the order of ``--workers`` in odd rounds and the
+reverse in even ones. The machine's speed per core is printed as the time of a fixed 10-million-
+addition Python loop, to compare figures taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
 """
