@@ -38,8 +38,8 @@ swing within minutes: the `predict` floor took 11.3 s and 17.3 s an hour apart h
 floor from one round against a best run from another says little). A round times the floor before
 its runs and again after them, and takes the mean of the two, so that a drift of the machine's
 speed across the round cancels; its runs go in the order of ``--workers`` in odd rounds and the
-reverse in even ones. The machine's speed per core is printed as the time of a fixed 10-million-
-addition Python loop, to compare figures taken on other machines.
+reverse in even ones. The machine's speed per core is printed as the time of a fixed
+10-million-addition Python loop, to compare figures taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
 """
