@@ -111,13 +111,15 @@ screenshots() {  # what a reader sees, for CI artifacts (Debian's chromium, when
   local browser; browser=$(command -v chromium || command -v chromium-browser || true)
   [[ -n "$browser" ]] || { echo "no chromium: no screenshots of the reports"; return; }
   mkdir -p "$OUT/screenshots"
+  local profile; profile=$(mktemp -d)  # Chromium's own profile folder, removed after the shots
   for page in "$OUT/corpus/report/report.html" "$OUT/report-$MODEL/report.html"; do
     local name; name=$(basename "$(dirname "$page")")
     [[ "$name" == report ]] && name=corpus-report
     "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars \
-        --user-data-dir="$(mktemp -d)" --window-size=1280,2400 --screenshot="$OUT/screenshots/$name.png" \
+        --user-data-dir="$profile" --window-size=1280,2400 --screenshot="$OUT/screenshots/$name.png" \
         "file://$(realpath "$page")" >/dev/null 2>&1 || echo "chromium could not take a screenshot of $page"
   done
+  rm -rf "$profile"
 }
 screenshots
 
