@@ -285,6 +285,7 @@ class Trainer:
         from pretrain.tokenizer import Tokenizer
 
         self.cfg = cfg
+        _no_shared_memory_op_for_one_rank()
         deepspeed.init_distributed(verbose=False)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.tokenizer = tokenizer = Tokenizer.load(cfg.tokenizer)
@@ -491,6 +492,18 @@ def _single_process_env() -> None:
         os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def _no_shared_memory_op_for_one_rank() -> None:
+    """A world of one has nothing to all-reduce: DeepSpeed's CPU backend would still JIT-compile its
+    shared-memory all-reduce (``deepspeed_shm_comm``, about a minute on 2 cores, and again whenever
+    the virtualenv moves) in ``init_distributed``. Marked unusable here, DeepSpeed keeps to
+    torch.distributed, as it does where the op cannot be built. With several ranks it is built."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        import deepspeed.ops
+        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+        deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
 
 
 def _free_port() -> int:

@@ -23,6 +23,7 @@ from pretrain.trainer import (RunConfig, ScheduleConfig, Trainer, batch_layout, 
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SHM_OP = "deepspeed_shm_comm_op built successfully"  # DeepSpeed's line when it loads the op
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -293,9 +294,11 @@ def kill_at_fault(proc: subprocess.Popen, point: str) -> None:
     raise AssertionError(f"exited {proc.returncode} before the fault point:\n{''.join(lines[-30:])}")
 
 
-def finish(proc: subprocess.Popen) -> None:
+def finish(proc: subprocess.Popen) -> str:
+    """Wait for a training process that must succeed; its stdout."""
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
+    return out
 
 
 def test_exact_resume_after_sigkill(tmp_path: Path, sample_tokenizer: Path, sample_tokens: Path) -> None:
@@ -304,7 +307,7 @@ def test_exact_resume_after_sigkill(tmp_path: Path, sample_tokenizer: Path, samp
     resumed = write_config(tmp_path / "b" / "run.yaml", sample_tokenizer, sample_tokens, **extra)
     first = train_process(straight)
     kill_at_fault(train_process(resumed, fault="after_save@2"), "after_save")
-    finish(first)
+    assert SHM_OP not in finish(first)  # one rank: DeepSpeed's shared-memory all-reduce is not compiled
     checkpoints = tmp_path / "b" / "run" / "checkpoints"
     assert (checkpoints / LATEST).read_text() == "step-2"
     # killed while saving step 4: DeepSpeed's files are there, `latest` still names step 2
@@ -340,6 +343,7 @@ def test_two_ranks_with_the_deepspeed_launcher(tmp_path: Path, sample_tokenizer:
                            "--module", "pretrain", "train", "--config", str(config)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert SHM_OP in proc.stdout  # two ranks on CPU: DeepSpeed's shared-memory all-reduce is built and used
     step = tmp_path / "run" / "checkpoints" / "step-4"
     assert len(list(step.glob("*optim_states.pt"))) == 2
     assert {p.name for p in step.glob("trainer_state_rank*.pt")} == {"trainer_state_rank0.pt", "trainer_state_rank1.pt"}
