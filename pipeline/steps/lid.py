@@ -36,7 +36,7 @@ def default_model_path() -> str:
 
 LOAD_CHECK = """
 import os, resource, sys
-limit = 2 * 2**30 + 4 * os.path.getsize(sys.argv[1])  # a garbage header asks for terabytes: fail at once
+limit = 512 * 2**20 + 4 * os.path.getsize(sys.argv[1])  # a garbage header asks for terabytes: fail early
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 import fasttext
 fasttext.FastText.eprint = lambda *args, **kwargs: None
