@@ -102,17 +102,18 @@ def line(r: dict[str, Any]) -> str:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A wrong option is one usage error line, before anything is built or loaded."""
-    from pipeline.util.errors import UserError
-    from pretrain.models.config import model_config_path
-    from pretrain.tokenizer import Tokenizer
-
+    """A wrong option is one usage error line, before anything is built or loaded (and the plain
+    checks before torch is imported: ``pretrain.models`` imports it)."""
     if args.steps <= args.warmup or args.batch < 1 or args.seq_len < 8:
         parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}); --batch >= 1, --seq-len >= 8")
     if bool(args.tokenizer) != bool(args.tokens):
         parser.error("--tokenizer and --tokens go together (or neither: both are built under --work)")
     if args.tokens and not (Path(args.tokens) / "meta.json").is_file():
         parser.error(f"--tokens {args.tokens}: no meta.json (pretrain tokenize writes it)")
+    from pipeline.util.errors import UserError
+    from pretrain.models.config import model_config_path
+    from pretrain.tokenizer import Tokenizer
+
     try:
         for name in args.models:
             model_config_path(name)
