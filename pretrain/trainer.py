@@ -498,8 +498,11 @@ def _no_shared_memory_op_for_one_rank() -> None:
     """A world of one has nothing to all-reduce: DeepSpeed's CPU backend would still JIT-compile its
     shared-memory all-reduce (``deepspeed_shm_comm``, about a minute on 2 cores, and again whenever
     the virtualenv moves) in ``init_distributed``. Marked unusable here, DeepSpeed keeps to
-    torch.distributed, as it does where the op cannot be built. With several ranks it is built."""
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    torch.distributed, as it does where the op cannot be built. With several ranks it is built; on a
+    GPU DeepSpeed has no such op."""
+    from deepspeed.accelerator import get_accelerator
+
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and get_accelerator().device_name() == "cpu":
         import deepspeed.ops
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
