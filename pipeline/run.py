@@ -1,6 +1,8 @@
 """Run the corpus pipeline: check inputs and options, run Beam, write stats.json, summarise."""
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -11,11 +13,12 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import monitoring_infos
-from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, TestOptions
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions, SetupOptions,
+                                                  TestOptions)
 
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
@@ -175,6 +178,38 @@ def preload_fits(options: PipelineOptions, runner: str) -> bool:
     return True
 
 
+_BEAM_TEMP: spill.Scratch | None = None
+"""This process's folder for Beam's temporary files (:func:`beam_temp`), made by its first run that needs one."""
+
+
+@contextlib.contextmanager
+def beam_temp(runner: str, options: PipelineOptions) -> Iterator[None]:
+    """Beam's temporary files of a run on its portable runners (Portable, Flink, Spark, Prism) and
+    Dataflow's go to one scratch folder of this process, removed when the process exits: otherwise
+    each run leaves two or three folders in the temporary folder (``python_sdk_dependencies``'
+    ``submission_environment_dependencies.txt``, the embedded job service's staging folder). Not
+    removed at the run's end, because a Flink or Spark job server that Beam keeps for the
+    process's later runs keeps its own folder in it (Beam removes that at exit, before this one:
+    exit handlers run last-registered first). A killed process's folder is removed by the next run,
+    as every scratch folder is. Beam's requirements cache stays where Beam puts it without this.
+    The DirectRunner leaves nothing, and the DaskRunner's task folder must outlive the process."""
+    global _BEAM_TEMP
+    if runner in LOCAL_NAMES or runner in DASK_NAMES:
+        yield
+        return
+    setup = options.view_as(SetupOptions)
+    if setup.requirements_cache is None:
+        setup.requirements_cache = os.path.join(tempfile.gettempdir(), "beam-requirements-cache")
+    if _BEAM_TEMP is None:
+        _BEAM_TEMP = spill.Scratch()
+        atexit.register(_BEAM_TEMP.remove)
+    before, tempfile.tempdir = tempfile.tempdir, _BEAM_TEMP.path
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+
+
 def transform_seconds(result: Any) -> dict[str, float]:
     """Seconds spent in each part of the graph, summed over the workers, as Beam's SDK workers
     measure it (``ptransform_execution_time``: the wall time a transform's start, process and
@@ -234,43 +269,44 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
             options = pipeline_options(cfg.runner, cfg.beam_options)
     stores.take_retries()  # S3 retries counted in this process so far belong to no run of ours, or an earlier one
     start = time.perf_counter()
-    try:
-        pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-    except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
-        ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
-        raise UserError(f"{exc}{ours}") from None
-    local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
-    held = None
-    try:
-        held = spill.Scratch() if local else None
-        scratch = held.path if held else ""
-        if scratch and spill.memory_backed(scratch):
-            LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup parses "
-                        "every input file twice and tables move between stages as bytes; set TMPDIR to a folder on "
-                        "a disk", scratch)
-        build_pipeline(pipeline, cfg, list(files), steps, scratch)
-        if not build_only and preload_fits(options, cfg.runner):
-            preload_report()
-        result = pipeline.run()
-        if build_only:  # with --template_location the job and what it needs are staged, not run
-            return {"built_only": template or "(--dry_run: not staged)"}
-        result.wait_until_finish()  # the DirectRunner runs (and fails) inside run() already
-    except BaseException as exc:
-        if not build_only and dask and ledger.read_plan(state["task_folder"]) is not None:
-            LOG.warning("the run's finished tasks are kept: `pipeline run --resume` with the same config and input "
-                        "continues it; a run without --resume removes them")
-        elif not build_only:  # the failed run's files; the previous corpus is untouched
-            fs.remove_folder(cfg.output)
-            if dask:
-                fs.remove_folder(state["task_folder"])
-        error = cloud_error(exc, cfg.runner) if isinstance(exc, Exception) else None
-        if error is not None:
-            raise error from None
-        raise
-    finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
-        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
-        if held:
-            held.remove()
+    with beam_temp(cfg.runner, options):
+        try:
+            pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+        except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
+            ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
+            raise UserError(f"{exc}{ours}") from None
+        local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
+        held = None
+        try:
+            held = spill.Scratch() if local else None
+            scratch = held.path if held else ""
+            if scratch and spill.memory_backed(scratch):
+                LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup "
+                            "parses every input file twice and tables move between stages as bytes; set TMPDIR to a "
+                            "folder on a disk", scratch)
+            build_pipeline(pipeline, cfg, list(files), steps, scratch)
+            if not build_only and preload_fits(options, cfg.runner):
+                preload_report()
+            result = pipeline.run()
+            if build_only:  # with --template_location the job and what it needs are staged, not run
+                return {"built_only": template or "(--dry_run: not staged)"}
+            result.wait_until_finish()  # the DirectRunner runs (and fails) inside run() already
+        except BaseException as exc:
+            if not build_only and dask and ledger.read_plan(state["task_folder"]) is not None:
+                LOG.warning("the run's finished tasks are kept: `pipeline run --resume` with the same config and "
+                            "input continues it; a run without --resume removes them")
+            elif not build_only:  # the failed run's files; the previous corpus is untouched
+                fs.remove_folder(cfg.output)
+                if dask:
+                    fs.remove_folder(state["task_folder"])
+            error = cloud_error(exc, cfg.runner) if isinstance(exc, Exception) else None
+            if error is not None:
+                raise error from None
+            raise
+        finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
+            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+            if held:
+                held.remove()
     folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]
     for path in fs.remove_temporaries(folders):
         LOG.info("removed %s, left by a worker that was lost", path)

@@ -99,6 +99,21 @@ def test_portable_loopback_writes_the_direct_runner_bytes(planted, tmp_path):
                "--environment_type", "LOOPBACK") == planted["reference"]
 
 
+def test_a_portable_run_leaves_nothing_in_the_temporary_folder(sample, tmp_path):
+    """Beam's portable runners leave two or three folders in the temporary folder per run (the SDK's
+    dependency list, the embedded job service's staging folder): a run keeps them in a folder of its
+    process, removed at exit. Beam's requirements cache, a cache meant to last, stays."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--no-progress", "--input", str(sample / "wet" / "*.gz"),
+                           "--output", str(tmp_path / "out"), "--runner", "PortableRunner", "--job_endpoint=embed",
+                           "--environment_type=LOOPBACK"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(temp)})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "stats.json").is_file()
+    assert sorted(p.name for p in temp.iterdir()) == ["beam-requirements-cache"]
+
+
 @PRISM_BUILT
 def test_prism_writes_the_direct_runner_bytes(planted, tmp_path, monkeypatch):
     """Beam's Prism runner, the binary set-up built (HOME moved: no cached or downloaded copy).
