@@ -2,7 +2,9 @@
 done alone, the fastest known way, on one core, summed; and ``pipeline run`` (DirectRunner, 1, 2 or
 more workers) on the same files in the same run, as a share of that floor.
 
-Floor stages, each timed on its own over every document:
+Floor stages, each timed over every document in a new process of its own, its input made once
+beforehand and loaded untimed (in the benchmark's own process, after the others, a stage took up
+to 1.25x as long):
   * read: fastwarc's iterator over the gzip WET records, bodies decoded (no headers kept);
   * hash: CCNet's normalization and 64-bit paragraph hashes (``normalize.paragraph_hashes``,
     equal to CCNet's) of every line of every document;
@@ -47,11 +49,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import marshal
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +61,7 @@ from bench_perplexity import ensure_models
 from bench_pipeline import ROOT, SAMPLE_CONFIG, STEPS, CpuUse, after_dedup, bench_config, bench_sets, build_input
 from pipeline.output import shards
 from pipeline.readers import spill
+from pipeline.steps.base import Drop
 from pipeline.steps.lid import LanguageIdentifier, script_block
 from pipeline.steps import minhash
 from pipeline.steps.normalize import paragraph_hashes
@@ -73,62 +76,93 @@ def loop_seconds() -> float:
     return time.perf_counter() - start
 
 
-def floor(inputs: list[str], work: Path, cfg) -> dict[str, float]:
-    """Seconds of each stage alone, on one core (MinHash and perplexity where ``cfg`` has those steps)."""
-    import fastwarc.warc as fw
-    import pyarrow as pa
+FLOOR_STAGES = ("read", "hash", "lid", "minhash", "perplexity", "arrow")
 
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
+
+def floor_data(inputs: list[str], work: Path, cfg) -> Path:
+    """What each floor stage takes as input, made once (untimed) and kept in ``work/floor-data/``
+    as marshal files: the WET bodies (hash), the texts LID sees (after dedup), and the documents
+    LID keeps (MinHash, perplexity, Arrow)."""
+    import fastwarc.warc as fw
+
+    data = work / "floor-data"
+    data.mkdir(parents=True, exist_ok=True)
     texts = []
     for path in inputs:
         with open(path, "rb") as stream:
             for record in fw.ArchiveIterator(stream, record_types=fw.WarcRecordType.conversion, parse_http=False):
                 texts.append(record.reader.read().decode("utf-8", "replace"))
-    seconds["read"] = time.perf_counter() - start
+    docs = list(after_dedup(inputs, cfg))
+    kept = [doc for doc in LanguageIdentifier(cfg.section("lid")).apply_chunk(docs) if not isinstance(doc, Drop)]
+    for name, value in (("texts", texts), ("lid", [doc["text"] for doc in docs]), ("kept", kept)):
+        (data / f"{name}.marshal").write_bytes(marshal.dumps(value))
+    return data
 
-    start = time.perf_counter()
-    for text in texts:
-        paragraph_hashes(text)
-    seconds["hash"] = time.perf_counter() - start
 
-    docs = list(after_dedup(inputs, cfg))  # untimed: the text LID sees
-    lid = LanguageIdentifier(cfg.section("lid"))
-    model = lid.model
-    start = time.perf_counter()
-    docs.sort(key=script_block)
-    labels, scores = model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
-    seconds["lid"] = time.perf_counter() - start
+def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: list[str]) -> dict[str, float]:
+    """Seconds of each floor stage, each in a new process of its own (``--stage``): a stage run in
+    the benchmark's process, after the others, took up to 1.25x as long (fastText ``predict``: 6.0
+    against 4.8 s on the same texts, its heap holding every file's parsed records)."""
+    seconds = {}
+    for stage in stages:
+        done = subprocess.run([sys.executable, __file__, "--stage", stage, "--work", str(work), "--chain", chain,
+                               *(f"--extra={e}" for e in extra), *inputs], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"floor stage {stage} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        seconds[stage] = float(done.stdout.split()[-1])
+    return seconds
 
-    bar = cfg.section("lid")  # untimed: the documents LID keeps
-    kept = [{**doc, "lang": lang} for doc, label, score in zip(docs, labels, scores)
-            if score[0] >= bar.thresholds.get(lang := label[0][9:], bar.threshold)]
-    if "near_dedup" in cfg.steps:
+
+def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
+    """One floor stage alone, the fastest known way, on one core (its input loaded untimed):
+    ``read`` fastwarc's iteration; ``hash`` CCNet's paragraph hashes of every body; ``lid`` one
+    sorted ``predict``; ``minhash`` the signatures per shingle kind; ``perplexity`` every kept
+    document by language, models loaded first; ``arrow`` one zstd IPC file of the kept rows."""
+    import fastwarc.warc as fw
+    import pyarrow as pa
+
+    data = work / "floor-data"
+    loaded = marshal.loads((data / {"hash": "texts", "lid": "lid"}.get(stage, "kept")).with_suffix(".marshal")
+                           .read_bytes()) if stage != "read" else None
+    if stage == "minhash":
         near = cfg.section("near_dedup")
         by_kind: dict[str, list[str]] = {}
-        for doc in kept:
+        for doc in loaded:
             by_kind.setdefault(minhash.shingle_kind(doc["lang"], near.shingle), []).append(doc["text"])
-        start = time.perf_counter()
-        for kind, texts in by_kind.items():
-            minhash.signatures(texts, near, kind)
-        seconds["minhash"] = time.perf_counter() - start
-    if "perplexity" in cfg.steps:
+    if stage == "lid":
+        lid = LanguageIdentifier(cfg.section("lid"))
+        model, docs = lid.model, [{"text": text} for text in loaded]
+    if stage == "perplexity":
         scorer = PerplexityScorer(cfg.section("perplexity"))
         scorer.prepare()
-        for doc in kept:  # models loaded untimed
+        for doc in loaded:
             scorer.models(doc["lang"])
-        start = time.perf_counter()
-        for doc in sorted(kept, key=scorer.order_key):
+    start = time.perf_counter()
+    if stage == "read":
+        for path in inputs:
+            with open(path, "rb") as stream:
+                for record in fw.ArchiveIterator(stream, record_types=fw.WarcRecordType.conversion, parse_http=False):
+                    record.reader.read().decode("utf-8", "replace")
+    elif stage == "hash":
+        for text in loaded:
+            paragraph_hashes(text)
+    elif stage == "lid":
+        docs.sort(key=script_block)
+        model.predict([doc["text"].replace("\n", lid.newline) for doc in docs], k=1)
+    elif stage == "minhash":
+        for kind, texts in by_kind.items():
+            minhash.signatures(texts, near, kind)
+    elif stage == "perplexity":
+        for doc in sorted(loaded, key=scorer.order_key):
             if models := scorer.models(doc["lang"]):
                 document_perplexity(doc["text"], *models)
-        seconds["perplexity"] = time.perf_counter() - start
-    start = time.perf_counter()
-    table = shards.docs_to_table(kept)
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.OSFile(str(work / "floor.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
-    seconds["arrow"] = time.perf_counter() - start
-    return seconds
+    else:
+        table = shards.docs_to_table(loaded)
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.OSFile(str(data / "floor.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+    return time.perf_counter() - start
 
 
 def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str,
@@ -156,7 +190,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rounds of everything; the best time of each counts")
     parser.add_argument("--full", action="store_true", help="the whole chain: + near_dedup and perplexity")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts of the pipeline runs")
+    parser.add_argument("--stage", choices=FLOOR_STAGES, help="(internal) time one floor stage in this process")
+    parser.add_argument("--chain", default=STEPS, help="(with --stage) the chain's steps")
+    parser.add_argument("--extra", action="append", default=[], help="(with --stage) a --set of the chain")
+    parser.add_argument("inputs", nargs="*", help="(with --stage) the input files")
     args = parser.parse_args()
+    if args.stage:
+        cfg = bench_config(args.inputs, str(Path(args.work) / "unused"), 1, args.chain, args.extra)
+        print(f"{floor_stage(args.stage, args.inputs, Path(args.work), cfg):.4f}")
+        return
     if args.repeat < 1 or args.target_mb <= 0:
         parser.error(f"--repeat must be at least 1 and --target-mb above 0, got {args.repeat} and {args.target_mb}")
     try:
@@ -175,13 +217,15 @@ def main() -> None:
     rounds: list[dict[str, float]] = []  # each round's floor and runs: the machine's speed drifts between rounds
     own_cpu: dict[str, list[float]] = {}  # per run and round: the round's floor / the run's CPU seconds
     config = bench_config(inputs, str(work / "unused"), 1, steps, extra)
+    floor_data(inputs, work, config)
+    stages = [s for s in FLOOR_STAGES if s not in ("minhash", "perplexity") or args.full]
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     scratch = spill.scratch_parent()
     print(f"the runs' scratch folders go to {scratch}: "
           + ("in memory, so no spill: the dedup pass parses every file again" if spill.memory_backed(scratch)
              else "on a disk"), flush=True)
     for round_ in range(args.repeat):
-        before = timed_floor(work, inputs, config, f"round {round_ + 1}: floor before the runs")
+        before = timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor before the runs")
         times: dict[str, float] = {}
         cpu: dict[str, float] = {}
         for workers in counts if round_ % 2 == 0 else counts[::-1]:  # each count first in every other round
@@ -191,7 +235,7 @@ def main() -> None:
                   f"{sum(parts.values()):.1f} s in the graph's transforms (all workers): "
                   + ", ".join(f"{label} {s:.1f}" for label, s in sorted(parts.items(), key=lambda kv: -kv[1])),
                   flush=True)
-        after = timed_floor(work, inputs, config, f"round {round_ + 1}: floor after the runs")
+        after = timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor after the runs")
         for stage in before:  # the round's floor: the mean of the two around its runs (a linear drift cancels)
             times[stage] = (before[stage] + after[stage]) / 2
             best[stage] = min(best.get(stage, before[stage]), before[stage], after[stage])
@@ -204,7 +248,6 @@ def main() -> None:
               + ", ".join(f"{run_name(w)} {floor_sum / w / times[run_name(w)]:.0%}" for w in counts)
               + " of the round's floor", flush=True)
         rounds.append(times)
-    stages = [s for s in ("read", "hash", "lid", "minhash", "perplexity", "arrow") if s in best]
     total = sum(best[stage] for stage in stages)
     print(f"\nPython 10M-addition loop: {loop_before:.2f} s before, {loop_seconds():.2f} s after (the machine's speed per core)")
     print(f"chain {steps}; floor, one core (best of each stage): " + ", ".join(f"{s} {best[s]:.2f} s" for s in stages)
@@ -218,10 +261,10 @@ def main() -> None:
               f"its CPU seconds (median of rounds: the rest is work beyond the floor, on any core)")
 
 
-def timed_floor(work: Path, inputs: list[str], config, label: str) -> dict[str, float]:
-    """:func:`floor` in a temporary folder under ``work``, printed."""
-    with tempfile.TemporaryDirectory(dir=work) as tmp:
-        times = floor(inputs, Path(tmp), config)
+def timed_floor(work: Path, inputs: list[str], chain: str, extra: list[str], stages: list[str],
+                label: str) -> dict[str, float]:
+    """:func:`floor`, printed."""
+    times = floor(inputs, work, chain, extra, stages)
     print(f"{label}: " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
     return times
 
