@@ -105,8 +105,9 @@ def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: l
     against 4.8 s on the same texts, its heap holding every file's parsed records)."""
     seconds = {}
     for stage in stages:
-        done = subprocess.run([sys.executable, __file__, "--stage", stage, "--work", str(work), "--chain", chain,
-                               *(f"--extra={e}" for e in extra), *inputs], cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--work", str(work),
+                               "--chain", chain, *(f"--extra={e}" for e in extra), *inputs],
+                              cwd=ROOT, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"floor stage {stage} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         seconds[stage] = float(done.stdout.split()[-1])
@@ -207,7 +208,7 @@ def main() -> None:
         counts = []
     if not counts or min(counts) < 1:
         parser.error(f"--workers takes counts of 1 or more separated by commas, got {args.workers!r}")
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # the runs and floor stages run in the repository's root
     inputs = build_input(ROOT / "tests" / "data" / "sample", work, args.target_mb)
     steps, extra = STEPS, []
     if args.full:

@@ -227,7 +227,7 @@ def main() -> None:
     runners = [r.strip() for r in args.runners.split(",")]
     if [r for r in runners if r not in RUNNERS] or scales[0] != 1:
         parser.error(f"--runners must name {', '.join(RUNNERS)}; --scales must start at 1")
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # its runs go in the repository's root
     lms = work.parent / "lm"
     ensure_models(lms)
     inputs = {s: build_scaled(work / f"input-{s}x", s, args.base_mb) for s in scales}

@@ -61,7 +61,7 @@ def main() -> int:
     counts = [int(n) for n in args.files.split(",")]
     if not counts or min(counts) < 1:
         parser.error("--files: positive counts")
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # its runs go in the repository's root
     pool = records(ROOT / "tests" / "data" / "sample" / "wet")
     print(f"{'input files':>12} {'tasks':>6} {'files':>7} {'reads':>8} {'MB':>7} {'time s':>7}")
     for n in counts:
