@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -128,13 +129,14 @@ def test_prism_writes_the_direct_runner_bytes(planted, tmp_path, monkeypatch):
     del stale
 
 
-def test_a_graph_of_ones_own_on_the_direct_runner_never_asks_for_prism(monkeypatch):
+def test_a_graph_of_ones_own_on_the_direct_runner_never_asks_for_prism(monkeypatch, tmp_path):
     """``direct_pipeline`` (tests' and benchmarks' own graphs) runs as ``pipeline run`` does. Beam's
     own DirectRunner first asks for a Prism job server, which downloads Prism from GitHub and
     leaves a ``beam-temp*`` folder behind when that fails: the second graph shows that this test
-    sees the ask."""
+    sees the ask (and leaves Beam's temporary folders in the test's own)."""
     from apache_beam.runners.portability.prism_runner import PrismRunner
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     asked = []
 
     def refuse(self, options):
