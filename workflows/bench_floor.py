@@ -79,7 +79,7 @@ def loop_seconds() -> float:
 FLOOR_STAGES = ("read", "hash", "lid", "minhash", "perplexity", "arrow")
 
 
-def floor_data(inputs: list[str], work: Path, cfg) -> Path:
+def floor_data(inputs: list[str], work: Path, cfg) -> None:
     """What each floor stage takes as input, made once (untimed) and kept in ``work/floor-data/``
     as marshal files: the WET bodies (hash), the texts LID sees (after dedup), and the documents
     LID keeps (MinHash, perplexity, Arrow)."""
@@ -96,7 +96,6 @@ def floor_data(inputs: list[str], work: Path, cfg) -> Path:
     kept = [doc for doc in LanguageIdentifier(cfg.section("lid")).apply_chunk(docs) if not isinstance(doc, Drop)]
     for name, value in (("texts", texts), ("lid", [doc["text"] for doc in docs]), ("kept", kept)):
         (data / f"{name}.marshal").write_bytes(marshal.dumps(value))
-    return data
 
 
 def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: list[str]) -> dict[str, float]:
@@ -197,6 +196,8 @@ def main() -> None:
     parser.add_argument("inputs", nargs="*", help="(with --stage) the input files")
     args = parser.parse_args()
     if args.stage:
+        if not (Path(args.work) / "floor-data" / "kept.marshal").is_file():
+            parser.error(f"--stage: no floor data in {args.work}/floor-data (a bench_floor.py run makes it)")
         cfg = bench_config(args.inputs, str(Path(args.work) / "unused"), 1, args.chain, args.extra)
         print(f"{floor_stage(args.stage, args.inputs, Path(args.work), cfg):.4f}")
         return
