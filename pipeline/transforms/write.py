@@ -10,11 +10,14 @@ from typing import Any, Iterable, Iterator, Sequence, Union
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ..config import WriteConfig
 from ..output import layout, shards
 from ..readers import spill
 from ..report.stats import Stats, sum_columns, table_stats
+from ..steps.base import Document
 from .counting import Counted, CountingDoFn
 
 
@@ -103,7 +106,7 @@ class AsTables(beam.PTransform):
     of one ``(lang, bucket)`` together (:func:`~pipeline.output.shards.partitioned_table`).
 
     A few large elements cost Beam far less to encode, move and count than one element per
-    document. Batches are cut per bundle, so they differ between runs; nothing written does
+    document. Tables are cut per bundle, so they differ between runs; nothing written does
     (shards are sorted, statistics are sums).
     """
 
@@ -112,11 +115,31 @@ class AsTables(beam.PTransform):
         self.batch_rows = batch_rows
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return (
-            docs
-            | "Batch" >> beam.BatchElements(min_batch_size=self.batch_rows, max_batch_size=self.batch_rows)
-            | "ToTable" >> beam.Map(shards.partitioned_table).with_output_types(pa.Table)
-        )
+        return docs | "ToTable" >> beam.ParDo(_Tables(self.batch_rows)).with_output_types(pa.Table)
+
+
+class _Tables(beam.DoFn):
+    """:class:`AsTables`' one DoFn: documents held until ``batch_rows`` of them, or the bundle's end,
+    make a table (one Beam operation per document, where ``BatchElements`` and a ``Map`` were two)."""
+
+    def __init__(self, batch_rows: int) -> None:
+        super().__init__()
+        self.batch_rows = batch_rows
+        self.docs: list[Document] = []
+
+    def start_bundle(self) -> None:
+        self.docs = []
+
+    def process(self, doc: Document) -> Iterator[pa.Table]:
+        self.docs.append(doc)
+        if len(self.docs) >= self.batch_rows:
+            docs, self.docs = self.docs, []
+            yield shards.partitioned_table(docs)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self.docs:  # batch pipelines: every document is in the global window
+            docs, self.docs = self.docs, []
+            yield GlobalWindows.windowed_value(shards.partitioned_table(docs))
 
 
 def _stashed_partitions(table: pa.Table, scratch: str) -> Iterator[tuple[tuple[str, str], Stashed]]:
