@@ -86,6 +86,7 @@ class PicklingDoFn(beam.DoFn):
     def teardown(self) -> None:  # after a bundle that failed
         if hasattr(self, "pickles"):
             self.pickles.close()
+        super().teardown()
 
     def put(self, keyed: list[tuple[K, bytes]]) -> Iterable[tuple[K, Pickled]]:
         """``(key, pickle)`` pairs as ``(key, Pickled)``, written in one go."""
@@ -135,3 +136,4 @@ class UnpicklingDoFn(CountingDoFn):
 
     def teardown(self) -> None:
         self.unpickler.close()
+        super().teardown()
