@@ -67,9 +67,10 @@ def _shorten_state_sampling() -> None:
     between samples (``StateSampler.stop`` joins it; from 2 ms the period grows by 1.2x a sample up
     to 200 ms): a bundle of a second or more ends up to 200 ms after its work did, and a stage ends
     when its last worker's bundle does. In a 2-worker run of the floor benchmark both workers'
-    bundles of each of the three long stages ended on the same sampler tick; with a 20 ms period
-    the run took 6.02 s against 6.20 s (medians of 5, alternated). The sampler only measures the
-    time each transform takes (``run.json``'s ``transform_s``), at 100 samples a second still."""
+    bundles of each of the three long stages ended on the same sampler tick. A 20 ms period took
+    that run from 6.20 s to 6.02 s, and 10 ms a 1-worker run from 11.21 s to 10.98 s (medians of 5
+    and 3 runs, alternated). The sampler only measures the time each transform takes
+    (``run.json``'s ``transform_s``), at 100 samples a second now."""
     init = statesampler.StateSampler.__init__
     if list(inspect.signature(init).parameters)[-1] == "sampling_period_ms" and len(init.__defaults__ or ()) == 1:
         init.__defaults__ = (STATE_SAMPLING_MS,)  # (Beam 2.77's only default; a later Beam's signature is left alone)
