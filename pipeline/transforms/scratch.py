@@ -1,8 +1,9 @@
 """Objects between stages through the run's scratch folder (``RunInfo.scratch``: the DirectRunner's,
 on the disk every worker shares): pickled into one file per bundle there, only where each lies
 moving through the runner's data plane; as the pickles themselves on other runners. Used by exact
-dedup for its paragraph occurrences, and by near-dup for its band rows and for the documents
-waiting for its join (the write's tables go the same way as Arrow streams, ``transforms.write.stash``)."""
+dedup for its paragraph occurrences and the removals found in them, and by near-dup for its band
+rows and for the documents waiting for its join (the write's tables go the same way as Arrow
+streams, ``transforms.write.stash``)."""
 from __future__ import annotations
 
 import os
