@@ -55,7 +55,8 @@ class FindDuplicates(PicklingDoFn, UnpicklingDoFn):
 
     def process(self, item: tuple[tuple[int, int], Iterable[Pickled]]) -> Iterator[tuple[int, Pickled]]:
         found = dedup.duplicates([self.unpickler.load(ref) for ref in item[1]], self.policy)
-        yield from self.put([(index, pickle.dumps(removed, pickle.HIGHEST_PROTOCOL)) for index, removed in found.items()])
+        yield from self.put([(index, pickle.dumps(removed, pickle.HIGHEST_PROTOCOL))
+                             for index, removed in found.items()])
 
 
 class ReadFiles(UnpicklingDoFn):
