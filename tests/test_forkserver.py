@@ -206,7 +206,7 @@ main(["run", "--config", "configs/corpus/sample.yaml", "--input", "tests/data/sa
 
 
 def test_a_bundle_ends_without_waiting_for_the_state_sampler():
-    """The graph module (which the driver and every worker import) sets Beam's state sampler to
+    """The graph module (which the driver and the DirectRunner's forked workers import) sets Beam's state sampler to
     STATE_SAMPLING_MS: stopping a sampler waits for at most that period of its thread's sleep (with
     Beam's 200 ms, a sampler stopped 0.3 s in sleeps periods of about 64 ms by then, 200 ms from 1 s on)."""
     import time
