@@ -67,6 +67,27 @@ def test_line_breaks_titles_and_empty_lines():
     assert reader_lines("Only a title\nx", empty_lines=True) == ("Only a title", "x\n")
 
 
+@pytest.mark.parametrize("fmt", ["wet", "warc"])
+def test_a_body_cut_out_whole_equals_its_lines_joined(fmt):
+    """Where no line needs stripping, ``_body`` cuts the body out of the text without splitting it
+    into lines: the same title, body and line count as the lines kept joined, on random texts (some
+    clean, some with lines to strip, empty lines, ``\\r``, Unicode spaces), under every option."""
+    rng = random.Random(7)
+    pieces = ["word", "x", "\u0394\u03b5", " ", "\n", "\n", "\r", "\t", "\u3000", "\x1c", "\u2028", "\n\n"]
+    texts = ["", "a", "a\nb", "title only", "\n", " a", "a ", "a\n b", "a \nb", "a\n\nb", "t\nx\ny"]
+    texts += ["".join(rng.choices(pieces, k=rng.randint(1, 12))) for _ in range(3000)]
+    clean = 0
+    for title in (True, False):
+        for empty_lines in (True, False):
+            reader = RecordReader("x", fmt, title=title, empty_lines=empty_lines)
+            for text in texts:
+                page_title = "Page" if fmt == "warc" else None
+                expected_title, lines = reader._lines(text, page_title)
+                assert reader._body(text, page_title) == (expected_title, "\n".join(lines), len(lines)), text
+                clean += "\n".join(line.strip() for line in text.split("\n") if line.strip()) == text != ""
+    assert clean > 100  # the fast path was taken
+
+
 def test_a_page_with_only_a_title_is_skipped_and_an_empty_one_rejected():
     assert read(gz(warc_record(b"", title="Only a title"))) == [Drop("skipped_title_only")]
     assert reasons(read(gz(warc_record(b"\n\n", title="")))) == ["empty"]
