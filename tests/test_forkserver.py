@@ -18,7 +18,7 @@ import apache_beam as beam
 import pytest
 from apache_beam import coders
 from apache_beam.coders.coder_impl import create_InputStream
-from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
+from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
 from apache_beam.runners.worker.data_plane import InMemoryDataChannel
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
@@ -89,6 +89,7 @@ def test_every_local_run_uses_the_overrides(monkeypatch):
     assert execution.GroupingBuffer.partition is forkserver._partition_in_pieces
     assert fn_runner.BundleManager._send_input_to_worker is forkserver._send_in_pieces
     assert fn_runner.BundleManager.process_bundle is forkserver._process_bundle_unless_empty
+    assert worker_handlers.WorkerHandlerManager.close_all is forkserver._close_all_at_once
     assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # glibc's own adaptive threshold unless asked
 
 
@@ -149,6 +150,27 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
 def test_other_commands_still_start_as_processes():
     process = forkserver._popen("exit 3", shell=True)
     assert isinstance(process, subprocess.Popen) and process.wait(timeout=30) == 3
+
+
+def test_every_worker_is_told_the_work_is_done_before_the_first_is_waited_for(monkeypatch):
+    """close_all ends the control stream of every started worker, then Beam closes them one by one
+    (each close waits for its worker to exit): the workers exit together."""
+    done = worker_handlers.BeamFnControlServicer._DONE_MARKER
+    started = [worker_handlers.ControlConnection() for _ in range(3)]
+    for connection in started:
+        connection._state = worker_handlers.BeamFnControlServicer.STARTED_STATE
+    unstarted = worker_handlers.ControlConnection()  # a worker that never connected: Beam leaves it alone too
+    class Handler:  # what close_all uses of a worker handler (hashable, as Beam's are)
+        def __init__(self, control_conn: object = None) -> None:
+            self.control_conn = control_conn
+
+    manager = SimpleNamespace(_cached_handlers={"env": [Handler(c) for c in (*started, unstarted)],
+                                                "embedded": [Handler()]})
+    queued = []
+    monkeypatch.setattr(forkserver, "_BEAM_CLOSE_ALL", lambda self: queued.append(
+        [c._push_queue.qsize() for c in (*started, unstarted)]))
+    forkserver._close_all_at_once(manager)
+    assert queued == [[1, 1, 1, 0]] and all(c.get_req() is done for c in started)
 
 
 def test_a_forked_worker_reports_its_exit_like_a_process(monkeypatch):

@@ -10,7 +10,7 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-Four overrides, installed by :func:`install`:
+Five overrides, installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
@@ -31,7 +31,10 @@ Four overrides, installed by :func:`install`:
   stages got nothing at all (near-dup's rounds after the graph converged, the rejected records'
   write); such a stage took 29-52 ms, now 1.5-4 ms. Beam's model leaves bundling to the runner,
   so a DoFn may not count on a bundle without elements; and the runner already hands the
-  consumers of an output nobody wrote (a side input among them) an empty buffer.
+  consumers of an output nobody wrote (a side input among them) an empty buffer;
+- ``WorkerHandlerManager.close_all`` tells every SDK worker that the work is done before it
+  waits for the first to exit. Beam tells one worker, waits for its process to end (23 ms
+  here), then the next: at the end of every run, 46 ms at 2 workers, now 23.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
@@ -56,7 +59,7 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability import local_job_service
-from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
+from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
@@ -121,6 +124,22 @@ def _process_bundle_unless_empty(self: fn_runner.BundleManager, inputs: Mapping[
     if not fired_timers and all(map(_holds_nothing, inputs.values())):
         return beam_fn_api_pb2.InstructionResponse(process_bundle=beam_fn_api_pb2.ProcessBundleResponse()), []
     return _BEAM_PROCESS_BUNDLE(self, inputs, expected_outputs, fired_timers, *args, **kwargs)
+
+
+_BEAM_CLOSE_ALL = worker_handlers.WorkerHandlerManager.close_all
+
+
+def _close_all_at_once(self: worker_handlers.WorkerHandlerManager) -> None:
+    """``WorkerHandlerManager.close_all``, every worker's control stream ended first, so that the
+    workers exit together (Beam's ``ControlConnection.close`` then ends a stream already ended:
+    its second end mark is never read)."""
+    for handlers in self._cached_handlers.values():
+        for handler in set(handlers):
+            connection = getattr(handler, "control_conn", None)
+            if (isinstance(connection, worker_handlers.ControlConnection)
+                    and connection._state == worker_handlers.BeamFnControlServicer.STARTED_STATE):
+                connection.push(worker_handlers.BeamFnControlServicer._DONE_MARKER)
+    _BEAM_CLOSE_ALL(self)
 
 
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
@@ -205,6 +224,7 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     execution.GroupingBuffer.partition = _partition_in_pieces
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     fn_runner.BundleManager.process_bundle = _process_bundle_unless_empty
+    worker_handlers.WorkerHandlerManager.close_all = _close_all_at_once
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
     _step_modules = list(modules)
