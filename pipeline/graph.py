@@ -26,7 +26,7 @@ from .steps.perplexity import PerplexityScorer
 from .transforms.apply import REMOVED, ApplyStep
 from .transforms.counting import MAIN, Counted, total_counts
 from .transforms.dedup import ReadAndDedup
-from .transforms.write import AsTables, WriteCorpus, WriteRecords
+from .transforms.write import NO_STATS, AsTables, WriteCorpus, WriteRecords
 
 
 INPUT_LABEL = "Files"  # the Create of the input files (their index and path)
@@ -134,5 +134,5 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     _ = (read[REJECTED] | "RejectedAsDicts" >> beam.Map(Rejected.to_dict)
          | "WriteRejected" >> WriteRecords(cfg.output, REJECTED))
     counters = total_counts(p)  # last: every counting step is in the graph by now
-    _ = written["stats"] | "WriteStats" >> beam.Map(write_artifacts, beam.pvalue.AsSingleton(counters), cfg, len(files),
-                                                    bucket_cutoffs(steps))
+    corpus = beam.pvalue.AsSingleton(written["stats"], default_value=NO_STATS)
+    _ = counters | "WriteStats" >> beam.Map(write_artifacts, corpus, cfg, len(files), bucket_cutoffs(steps))

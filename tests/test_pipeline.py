@@ -299,6 +299,20 @@ def test_two_workers_write_identical_bytes(corpus, inputs, tmp_path):
     assert shard_digests(tmp_path) == shard_digests(corpus)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_that_keeps_no_document_still_writes_its_stats(inputs, tmp_path, workers):
+    """Every document dropped at read: no table reaches the writer, and stats.json and sampling.json
+    are still written, with every count (the corpus sums are a side input's default then)."""
+    beam_options = "[]" if workers == 1 else "[--direct_num_workers=2, --direct_running_mode=multi_processing]"
+    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(tmp_path),
+                   "--set", f"beam_options={beam_options}", "--set", "read.min_length=1000000") == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    read = stats["counters"]["read"]
+    assert read["too_short"] > 100 and "documents" not in read and read["files"] == 5
+    assert stats["languages"] == {} and not list(tmp_path.glob("lang=*"))
+    assert json.loads((tmp_path / "sampling.json").read_text())["languages"] == {}
+
+
 def test_parquet_flag(sample, tmp_path):
     one = sorted((sample / "wet").glob("*.warc.wet.gz"))[0]
     assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(one), "--output", str(tmp_path),

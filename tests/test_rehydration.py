@@ -38,7 +38,7 @@ def test_sampling_json_counts_the_copies(tmp_path: Path) -> None:
                                                              {"en": 10 + 2 * 20, "fr": 8 * 30 + 40})):
         cfg = load_config(None, {"input": ["x"], "output": str(tmp_path / "out")},
                           [f"sampling.rehydration={json.dumps(schedule)}"])
-        write_artifacts(corpus, {}, cfg, 1, {})
+        write_artifacts({}, corpus, cfg, 1, {})
         sampling = json.loads((tmp_path / "out" / "sampling.json").read_text())
         assert {lang: row["n"] for lang, row in sampling["languages"].items()} == expected
         assert ("rehydration" in sampling) == bool(schedule)

@@ -110,7 +110,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def write_artifacts(corpus: Stats, counters: Counts, cfg: CorpusConfig, n_files: int,
+def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files: int,
                     bucket_cutoffs: dict[str, dict[str, float]]) -> None:
     """``sampling.json`` (weights over the configured buckets, rehydrated when
     ``sampling.rehydration`` is set, and the corpus summary) and ``stats.json`` (counters of every

@@ -111,6 +111,7 @@ class SumCounts(beam.CombineFn):
 
 
 def total_counts(pipeline: beam.Pipeline) -> beam.PCollection:
-    """The one :data:`Counts` element of every count in the graph built so far."""
+    """The one :data:`Counts` element of every count in the graph built so far; none where nothing
+    was counted (no default: each run's read counts its files, and a default costs a stage)."""
     return (counts_of(pipeline) | "FlattenCounts" >> beam.Flatten(pipeline=pipeline)
-            | "SumCounts" >> beam.CombineGlobally(SumCounts()))
+            | "SumCounts" >> beam.CombineGlobally(SumCounts()).without_defaults())

@@ -169,9 +169,10 @@ class WriteCorpus(beam.PTransform):
     """Tables of documents -> ``lang=<l>/bucket=<b>/part-NNNNN`` shards (``<l>_<b>_NNNN.json.gz``
     in CCNet's layout).
 
-    Returns ``{"paths": written paths, "stats": the one CorpusStats result}``: the partition sizes
-    that set each partition's shard count also go into sampling.json. Tables and their parts move
-    between stages as :func:`stash` gives them (files in ``scratch`` where there is one).
+    Returns ``{"paths": written paths, "stats": the one CorpusStats result}`` (none where no table
+    came: read it with :data:`NO_STATS` for a default); the partition sizes that set each
+    partition's shard count also go into sampling.json. Tables and their parts move between stages
+    as :func:`stash` gives them (files in ``scratch`` where there is one).
     """
 
     def __init__(self, output: str, cfg: WriteConfig, scratch: str = "") -> None:
@@ -180,14 +181,14 @@ class WriteCorpus(beam.PTransform):
         self.scratch = scratch
 
     def expand(self, tables: beam.PCollection) -> dict[str, beam.PCollection]:
-        stats = (tables | "TableStats" >> beam.Map(table_stats)
-                 | "Stats" >> beam.CombineGlobally(CorpusStats()))
+        stats = (tables | "TableStats" >> beam.Map(table_stats)  # no default (a stage of its own): readers give one
+                 | "Stats" >> beam.CombineGlobally(CorpusStats()).without_defaults())
         sizes = stats | "Bytes" >> beam.Map(lambda s: {key: sums[2] for key, sums in s[0].items()})
         paths = (
             tables
             | "Stash" >> beam.FlatMap(_stashed_partitions, self.scratch)
             .with_output_types(tuple[tuple[str, str], Stashed])
-            | "SplitByShard" >> beam.FlatMap(_stashed_shards, totals=beam.pvalue.AsSingleton(sizes),
+            | "SplitByShard" >> beam.FlatMap(_stashed_shards, totals=beam.pvalue.AsSingleton(sizes, default_value={}),
                                              target_bytes=self.target, scratch=self.scratch)
             .with_output_types(tuple[tuple[str, str, int], Stashed])
             | "GroupByShard" >> beam.GroupByKey()
@@ -244,3 +245,7 @@ class CorpusStats(beam.CombineFn):
     def extract_output(self, acc: Stats) -> Stats:
         totals, bins, clusters = acc  # in key order: the order of merging must not show
         return dict(sorted(totals.items())), Counter(dict(sorted(bins.items()))), dict(sorted(clusters.items()))
+
+
+NO_STATS: Stats = CorpusStats().extract_output(CorpusStats().create_accumulator())
+"""What :class:`CorpusStats` gives for no table."""
