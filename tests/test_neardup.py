@@ -22,7 +22,8 @@ from pipeline.steps.base import RunInfo
 from pipeline.steps.near_dedup import NearDedup, NearDupConfig
 from pipeline.readers import spill
 from pipeline.runners.options import direct_pipeline
-from pipeline.transforms.near_dedup import BandKeys, CandidateEdges, ConnectedComponents, KeyById, NearDedupTransform
+from pipeline.transforms.near_dedup import (BandKeys, CandidateEdges, ConnectedComponents, DocsByPartition,
+                                           NearDedupTransform, partition_of)
 from pipeline.transforms.scratch import ScratchPickles, Unpickler
 from pipeline.readers.warc import RecordReader
 
@@ -523,10 +524,10 @@ def test_documents_reach_the_join_through_the_scratch_folder_or_as_bytes(planted
         assert written > sum(len(d["text"]) for d in docs) if room is None else written == 0
 
 
-def test_key_by_id_writes_chunks_and_falls_back_to_bytes_when_a_write_fails(originals, tmp_path):
+def test_documents_go_to_the_join_in_chunks_by_partition_and_as_bytes_when_a_write_fails(originals, tmp_path):
     docs = [{"id": f"<urn:{i}>", "text": text} for i, text in enumerate(originals[:40])]
-    fn = KeyById(str(tmp_path))
-    fn.CHUNK_BYTES = 2_000
+    fn = DocsByPartition(str(tmp_path), 3)
+    fn.CHUNK_BYTES = sum(len(doc["text"]) for doc in docs) // 8  # a few documents a chunk
     fn.start_bundle()
     keyed = [pair for doc in docs[:20] for pair in fn.process(doc)]
 
@@ -545,8 +546,12 @@ def test_key_by_id_writes_chunks_and_falls_back_to_bytes_when_a_write_fails(orig
     fn.pickles.out = Full()
     keyed += [pair for doc in docs[20:] for pair in fn.process(doc)] + [v.value for v in fn.finish_bundle()]
     reader = Unpickler()
-    assert [doc_id for doc_id, _ in keyed] == [d["id"] for d in docs]
-    assert [reader.load(ref) for _, ref in keyed] == docs
+    chunks = [(part, reader.load(ref)) for part, ref in keyed]
+    assert len(chunks) < len(docs) and {part for part, _ in chunks} == {0, 1, 2}
+    assert all(partition_of(doc_id, 3) == part for part, chunk in chunks for doc_id, _ in chunk)
+    assert sorted((doc_id, doc["text"]) for _, chunk in chunks for doc_id, doc in chunk) == \
+        sorted((d["id"], d["text"]) for d in docs)
+    assert all(doc_id == doc["id"] for _, chunk in chunks for doc_id, doc in chunk)
     assert isinstance(keyed[-1][1], bytes)  # after the failed write: bytes
     reader.close()
 

@@ -12,6 +12,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from ..output.shards import stable_hash
 from ..steps.base import Document, RunInfo
 from ..steps.dedup import auto_partitions
 from ..steps.minhash import (_fold_table, band_keys, band_partitions, bucket_edges, is_empty, large_star, resolve,
@@ -100,6 +101,10 @@ class _Finish(CountingDoFn):
         stars = star_edges(list(item[1]))
         self.count("cc_not_converged", len({node for node, _ in stars}))
         yield from stars
+
+
+def _by_partition(pair: tuple[str, Any], partitions: int) -> tuple[int, tuple[str, Any]]:
+    return partition_of(pair[0], partitions), pair
 
 
 def _both_ways(edge: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -310,54 +315,65 @@ class UnionFind(CountingDoFn):
 
 
 class ApplyNearDup(UnpicklingDoFn):
-    """(id, {doc (:class:`KeyById`'s), parent, size}) -> the kept document with
-    ``minhash_cluster_size``, or a removal."""
+    """(partition, {doc: :class:`DocsByPartition`'s chunks, parent: ``(id, kept id)``, size: ``(kept
+    id, cluster size)``}) -> each kept document with ``minhash_cluster_size``, or its removal."""
 
     def __init__(self, write_removed: bool) -> None:
         super().__init__(NearDedup.name)
         self.write_removed = write_removed
 
-    def process(self, item: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
+    def process(self, item: tuple[int, dict[str, Iterable[Any]]]) -> Iterator[Any]:
         _, grouped = item
-        parents, sizes = list(grouped["parent"]), list(grouped["size"])
+        parents: dict[str, str] = {}
+        for node, parent in grouped["parent"]:
+            parents[node] = min(parent, parents.get(node, parent))
+        sizes = dict(grouped["size"])
         for ref in grouped["doc"]:
-            doc = self.unpickler.load(ref)
-            self.count("documents_in")
-            if parents:
-                self.count("near_duplicate")
-                if doc.get("lang"):
-                    self.count(f"near_duplicate/{doc['lang']}")
-                if self.write_removed:
-                    yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, "near_duplicate", duplicate_of=min(parents)))
-                continue
-            self.count("documents_out")
-            if sizes and sizes[0] > 1:  # one count per cluster: its kept document
-                self.count(str(sizes[0]), step=CLUSTER_SIZES)
-            yield {**doc, "minhash_cluster_size": sizes[0] if sizes else 1}
+            for doc_id, doc in self.unpickler.load(ref):
+                self.count("documents_in")
+                if doc_id in parents:
+                    self.count("near_duplicate")
+                    if doc.get("lang"):
+                        self.count(f"near_duplicate/{doc['lang']}")
+                    if self.write_removed:
+                        yield beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, "near_duplicate",
+                                                                              duplicate_of=parents[doc_id]))
+                    continue
+                self.count("documents_out")
+                size = sizes.get(doc_id, 1)
+                if size > 1:  # one count per cluster: its kept document
+                    self.count(str(size), step=CLUSTER_SIZES)
+                yield {**doc, "minhash_cluster_size": size}
 
 
-class KeyById(PicklingDoFn):
-    """Documents -> ``(id, Pickled)``. The join moves every document; as bytes, Beam's coders copy
-    it rather than walk it. With a scratch folder the pickles wait in files there instead, a chunk
-    at a time, and only where each lies moves: in the FnApiRunner the join's Flatten is a stage of
-    its own, so each document went through the driver four times (0.9 s of that stage and 1.1 s of
-    the driver's CPU in a 2-worker run of the 50 MB benchmark)."""
+def partition_of(doc_id: str, partitions: int) -> int:
+    """The partition of the join a document and its cluster's verdict meet in."""
+    return stable_hash(doc_id) % partitions
 
-    CHUNK_BYTES = 1 << 20
 
-    def __init__(self, scratch: str) -> None:
+class DocsByPartition(PicklingDoFn):
+    """Documents -> ``(partition, Pickled [(id, document), ...])``: a bundle's documents in chunks of
+    about :data:`CHUNK_BYTES` of text, each chunk cut by :func:`partition_of` its ids, so that the
+    join with the clusters' verdicts groups a partition's chunks, not each document: in the
+    FnApiRunner a join's Flatten is a stage of its own, and one element per document (46,381 on
+    the 50 MB benchmark) took 0.22-0.24 s of it at 2 workers, and as many keys the driver's
+    grouping. With a scratch folder the chunks wait in files there, and only where each lies
+    moves (each document went through the driver four times before: 1.1 s of its CPU)."""
+
+    CHUNK_BYTES = 4 << 20
+
+    def __init__(self, scratch: str, partitions: int) -> None:
         super().__init__()
-        self.scratch = scratch
+        self.scratch, self.partitions = scratch, partitions
 
     def start_bundle(self) -> None:
         super().start_bundle()
-        self.chunk: list[tuple[str, bytes]] = []
-        self.size = 0  # of the chunk
+        self.chunk: dict[int, list[tuple[str, Document]]] = {}
+        self.size = 0  # characters of text in the chunk
 
-    def process(self, doc: Document) -> Iterator[tuple[str, Pickled]]:
-        blob = pickle.dumps(doc, pickle.HIGHEST_PROTOCOL)
-        self.chunk.append((doc["id"], blob))
-        self.size += len(blob)
+    def process(self, doc: Document) -> Iterator[tuple[int, Pickled]]:
+        self.chunk.setdefault(partition_of(doc["id"], self.partitions), []).append((doc["id"], doc))
+        self.size += len(doc["text"])
         if self.size >= self.CHUNK_BYTES:
             yield from self._flush()
 
@@ -366,9 +382,9 @@ class KeyById(PicklingDoFn):
         super().finish_bundle()
         return flushed
 
-    def _flush(self) -> list[tuple[str, Pickled]]:
-        chunk, self.chunk, self.size = self.chunk, [], 0
-        return list(self.put(chunk))
+    def _flush(self) -> list[tuple[int, Pickled]]:
+        chunk, self.chunk, self.size = self.chunk, {}, 0
+        return list(self.put([(part, pickle.dumps(docs, pickle.HIGHEST_PROTOCOL)) for part, docs in sorted(chunk.items())]))
 
 
 class NearDedupTransform(beam.PTransform):
@@ -401,9 +417,11 @@ class NearDedupTransform(beam.PTransform):
                 | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
             )
             clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
-        keyed = docs | "KeyById" >> beam.ParDo(KeyById(self.scratch))
+        partitions = self.partitions
         return (
-            {"doc": keyed, "parent": clusters[MAIN], "size": clusters["size"]}
-            | "JoinById" >> beam.CoGroupByKey()
+            {"doc": docs | "DocsByPartition" >> beam.ParDo(DocsByPartition(self.scratch, partitions)),
+             "parent": clusters[MAIN] | "ParentsByPartition" >> beam.Map(_by_partition, partitions),
+             "size": clusters["size"] | "SizesByPartition" >> beam.Map(_by_partition, partitions)}
+            | "JoinByPartition" >> beam.CoGroupByKey()
             | "Apply" >> Counted(ApplyNearDup(self.write_removed), outputs=(REMOVED,))
         )
