@@ -356,9 +356,15 @@ class DocsByPartition(PicklingDoFn):
     about :data:`CHUNK_BYTES` of text, each chunk cut by :func:`partition_of` its ids, so that the
     join with the clusters' verdicts groups a partition's chunks, not each document: in the
     FnApiRunner a join's Flatten is a stage of its own, and one element per document (46,381 on
-    the 50 MB benchmark) took 0.22-0.24 s of it at 2 workers, and as many keys the driver's
-    grouping. With a scratch folder the chunks wait in files there, and only where each lies
-    moves (each document went through the driver four times before: 1.1 s of its CPU)."""
+    the 50 MB benchmark) took 0.22-0.24 s of it at 2 workers, and the driver grouped as many keys.
+    With a scratch folder the chunks wait in files there, and only where each lies moves (each
+    document went through the driver four times before: 1.1 s of its CPU). The join has as many
+    partitions as exact dedup's, and at least one per input file: a partition's group holds about
+    what one input file keeps (Beam's CoGroupByKey lists a group's values; on runners without a
+    scratch folder those are the documents' pickles), however large the run; with many files a
+    chunk is cut into about one piece a document, as the join by id had. On the 50 MB benchmark
+    (8 files, 8 partitions) the apply stage's two workers ended within 0.06 s of each other; with
+    32 partitions, 0.09-0.40 s apart (two runs each)."""
 
     CHUNK_BYTES = 4 << 20
 
@@ -384,7 +390,8 @@ class DocsByPartition(PicklingDoFn):
 
     def _flush(self) -> list[tuple[int, Pickled]]:
         chunk, self.chunk, self.size = self.chunk, {}, 0
-        return list(self.put([(part, pickle.dumps(docs, pickle.HIGHEST_PROTOCOL)) for part, docs in sorted(chunk.items())]))
+        return list(self.put([(part, pickle.dumps(docs, pickle.HIGHEST_PROTOCOL))
+                              for part, docs in sorted(chunk.items())]))
 
 
 class NearDedupTransform(beam.PTransform):
@@ -396,6 +403,7 @@ class NearDedupTransform(beam.PTransform):
         run = run or step.run
         self.cfg, self.write_removed, self.scratch = step.cfg, run.write_removed, run.scratch
         self.partitions = auto_partitions(run.n_files)  # as exact dedup's: a key ~ 1/partitions of a scope
+        self.join_partitions = max(self.partitions, run.n_files)  # (DocsByPartition)
 
     def expand(self, docs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         cfg = self.cfg
@@ -417,7 +425,7 @@ class NearDedupTransform(beam.PTransform):
                 | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
             )
             clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
-        partitions = self.partitions
+        partitions = self.join_partitions
         return (
             {"doc": docs | "DocsByPartition" >> beam.ParDo(DocsByPartition(self.scratch, partitions)),
              "parent": clusters[MAIN] | "ParentsByPartition" >> beam.Map(_by_partition, partitions),
