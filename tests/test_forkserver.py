@@ -160,6 +160,7 @@ def test_every_worker_is_told_the_work_is_done_before_the_first_is_waited_for(mo
     for connection in started:
         connection._state = worker_handlers.BeamFnControlServicer.STARTED_STATE
     unstarted = worker_handlers.ControlConnection()  # a worker that never connected: Beam leaves it alone too
+
     class Handler:  # what close_all uses of a worker handler (hashable, as Beam's are)
         def __init__(self, control_conn: object = None) -> None:
             self.control_conn = control_conn

@@ -34,7 +34,8 @@ from ..steps.base import Document, Drop, Note, Rejected
 GZIP_MAGIC = b"\x1f\x8b\x08"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python's text mode (CCNet's WET reader) splits lines at
 LINE_TO_CLEAN = re.compile(r"\n(?:\s|(?<=\s\n))")
-"""A ``\\n`` with whitespace (``str.strip``'s, ``\\n`` included) after or before it: a line to strip or an empty line."""
+"""A ``\\n`` with whitespace (``str.strip``'s, ``\\n`` included) after or before it: a line to strip
+or an empty line."""
 CHUNK = 1 << 22
 WINDOW = 1 << 16
 RAW_PREVIEW = 2048

@@ -103,10 +103,6 @@ class _Finish(CountingDoFn):
         yield from stars
 
 
-def _by_partition(pair: tuple[str, Any], partitions: int) -> tuple[int, tuple[str, Any]]:
-    return partition_of(pair[0], partitions), pair
-
-
 def _both_ways(edge: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
     return edge, (edge[1], edge[0])
 
@@ -349,6 +345,11 @@ class ApplyNearDup(UnpicklingDoFn):
 def partition_of(doc_id: str, partitions: int) -> int:
     """The partition of the join a document and its cluster's verdict meet in."""
     return stable_hash(doc_id) % partitions
+
+
+def _by_partition(pair: tuple[str, Any], partitions: int) -> tuple[int, tuple[str, Any]]:
+    """A verdict ``(id, value)`` keyed by :func:`partition_of` its id."""
+    return partition_of(pair[0], partitions), pair
 
 
 class DocsByPartition(PicklingDoFn):
