@@ -119,10 +119,12 @@ def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: l
 
 
 def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
-    """One floor stage alone, the fastest known way, on one core (its input loaded untimed):
-    ``read`` fastwarc's iteration; ``hash`` CCNet's paragraph hashes of every body; ``lid`` sorted
-    chunks through fastText's binding; ``minhash`` the signatures per shingle kind; ``perplexity`` every kept
-    document by language, models loaded first; ``arrow`` one zstd IPC file of the kept rows."""
+    """One floor stage alone, the fastest known way, on one core (its input loaded and what it sets
+    up once done untimed: models loaded, MinHash's permutations drawn, pyarrow's first conversion,
+    which imports pandas, made): ``read`` fastwarc's iteration; ``hash`` CCNet's paragraph hashes
+    of every body; ``lid`` sorted chunks through fastText's binding; ``minhash`` the signatures per
+    shingle kind; ``perplexity`` every kept document by language; ``arrow`` one zstd IPC file of
+    the kept rows."""
     import fastwarc.warc as fw
     import pyarrow as pa
 
@@ -134,6 +136,10 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
         by_kind: dict[str, list[str]] = {}
         for doc in loaded:
             by_kind.setdefault(minhash.shingle_kind(doc["lang"], near.shingle), []).append(doc["text"])
+        for kind, texts in by_kind.items():
+            minhash.signatures(texts[:1], near, kind)
+    if stage == "arrow":
+        shards.docs_to_table(loaded[:1])
     if stage == "lid":
         lid = LanguageIdentifier(cfg.section("lid"))
         model, docs = lid.model, [{"text": text} for text in loaded]
