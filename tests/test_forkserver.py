@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 from types import ModuleType, SimpleNamespace
@@ -246,3 +247,40 @@ def test_a_bundle_ends_without_waiting_for_the_state_sampler():
     began = time.perf_counter()
     sampler.stop()
     assert time.perf_counter() - began < 0.05
+
+
+class KillOwnProcess(beam.DoFn):
+    """Ends the SDK worker it runs in as the kernel's out-of-memory killer would (never the test's process)."""
+
+    def __init__(self, test_pid: int) -> None:
+        self.test_pid = test_pid
+
+    def process(self, element: int) -> list[int]:
+        if os.getpid() != self.test_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return [element]
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_mid_run_fails_the_run_with_one_line_rather_than_a_hang():
+    """Beam's runner waited for a killed worker's answers for ever (its thread that waited for the
+    process raised, and nothing read that)."""
+    with pytest.raises(forkserver.WorkerLost, match=r"ended before the run was done: killed by SIGKILL \(.*memory"):
+        with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
+            _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.ParDo(KillOwnProcess(os.getpid()))
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_that_cannot_start_fails_the_run_with_one_line_rather_than_a_hang(monkeypatch):
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "not a number")  # the forked worker's int() of it raises
+    with pytest.raises(forkserver.WorkerLost, match="ended before the run was done: exit code 1"):
+        with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
+            _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.Map(lambda x: x)
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    (1, "exit code 1"), (-9, "killed by SIGKILL (the system may have run out of memory"),
+    (137, "killed by SIGKILL"), (-15, "killed by SIGTERM"), (None, "an error"),
+])
+def test_a_lost_workers_end_is_said_from_its_return_code(code, said):
+    assert forkserver._ending(code).startswith(said)

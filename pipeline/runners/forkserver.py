@@ -10,7 +10,7 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-Five overrides, installed by :func:`install`:
+Six overrides (the last of three methods), installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
@@ -34,7 +34,13 @@ Five overrides, installed by :func:`install`:
   consumers of an output nobody wrote (a side input among them) an empty buffer;
 - ``WorkerHandlerManager.close_all`` tells every SDK worker that the work is done before it
   waits for the first to exit. Beam tells one worker, waits for its process to end (23 ms
-  here), then the next: at the end of every run, 46 ms at 2 workers, now 23.
+  here), then the next: at the end of every run, 46 ms at 2 workers, now 23;
+- an SDK worker process that ends with an error before the run is done (killed for memory, say,
+  or one that could not start) fails the run with :class:`WorkerLost`, one line
+  (``SubprocessSdkWorkerHandler.start_worker`` notes the worker's handler,
+  ``SubprocessSdkWorker.run`` sees its end, ``FnApiRunner.run_stages`` raises it). Beam only
+  raises in the thread that waited for the process: where its runner waited for that worker's
+  answers or data, it waited for ever.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
@@ -50,6 +56,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import re
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -142,6 +150,89 @@ def _close_all_at_once(self: worker_handlers.WorkerHandlerManager) -> None:
     _BEAM_CLOSE_ALL(self)
 
 
+class WorkerLost(UserError):
+    """An SDK worker process ended before the run was done: the run fails with this, not a hang."""
+
+
+_BEAM_START_WORKER = worker_handlers.SubprocessSdkWorkerHandler.start_worker
+_BEAM_RUN_WORKER = local_job_service.SubprocessSdkWorker.run
+_started: dict[str, Any] = {}  # worker id -> its SubprocessSdkWorkerHandler, while its process runs
+_lost: list[WorkerLost] = []  # the workers lost in this process's run, in the order their ends were seen
+
+
+def _start_worker_noted(self: worker_handlers.SubprocessSdkWorkerHandler) -> None:
+    """``SubprocessSdkWorkerHandler.start_worker``, the handler noted for :func:`_run_worker_watched`."""
+    _started[self.worker_id] = self
+    _BEAM_START_WORKER(self)
+
+
+def _run_worker_watched(self: local_job_service.SubprocessSdkWorker) -> None:
+    """``SubprocessSdkWorker.run`` (start the worker process, wait for it to end), where an end with
+    an error fails what the runner waits for from that worker (:func:`_lose`)."""
+    handler = _started.get(self._worker_id)
+    try:
+        _BEAM_RUN_WORKER(self)
+    except RuntimeError as exc:  # Beam's "Worker subprocess exited with return code N"
+        if handler is None:
+            raise
+        code = re.search(r"return code (-?\d+)", str(exc))
+        _lost.append(WorkerLost(f"SDK worker {self._worker_id} ended before the run was done: "
+                                + _ending(int(code.group(1)) if code else None)))
+        _lose(handler, _lost[-1])
+    finally:
+        _started.pop(self._worker_id, None)
+
+
+def _ending(code: int | None) -> str:
+    """How a worker process ended, from its return code (a shell gives 128 + N for signal N)."""
+    signal_number = -code if code is not None and code < 0 else (code - 128 if code and code > 128 else None)
+    if signal_number is None:
+        return f"exit code {code}" if code is not None else "an error"
+    try:
+        name = signal.Signals(signal_number).name
+    except ValueError:
+        name = f"signal {signal_number}"
+    hint = " (the system may have run out of memory: fewer workers, or --worker_mmap_threshold_mb, use less)" \
+        if signal_number == signal.SIGKILL else ""
+    return f"killed by {name}{hint}"
+
+
+def _lose(handler: worker_handlers.GrpcWorkerHandler, error: WorkerLost) -> None:
+    """Make every wait of the runner on ``handler``'s worker end with ``error``: the instructions sent to
+    it (their futures), those sent from now on, and its data (the data channel checks for an error
+    every second while it waits)."""
+    connection = handler.control_conn
+
+    def push(request: Any) -> Any:
+        if request is worker_handlers.BeamFnControlServicer._DONE_MARKER:
+            return None
+        future = worker_handlers.ControlFuture(request.instruction_id)
+        future.abort(error)
+        return future
+
+    connection.push = push
+    handler.data_conn._exception = error
+    for future in list(connection._futures_by_id.values()):
+        future.abort(error)
+
+
+_BEAM_RUN_STAGES = fn_runner.FnApiRunner.run_stages
+
+
+def _run_stages_or_say_lost(self: fn_runner.FnApiRunner, *args: Any, **kwargs: Any) -> Any:
+    """``FnApiRunner.run_stages``; where it fails after an SDK worker was lost, the failure is
+    :class:`WorkerLost` (Beam's own, where it saw the loss first, is its data channel's "Channel
+    closed prematurely" and a traceback). Its end waited for every worker's process: a loss is
+    noted by then."""
+    _lost.clear()
+    try:
+        return _BEAM_RUN_STAGES(self, *args, **kwargs)
+    except Exception:
+        if _lost:
+            raise _lost[0] from None
+        raise
+
+
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server
@@ -225,6 +316,9 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     fn_runner.BundleManager.process_bundle = _process_bundle_unless_empty
     worker_handlers.WorkerHandlerManager.close_all = _close_all_at_once
+    worker_handlers.SubprocessSdkWorkerHandler.start_worker = _start_worker_noted
+    local_job_service.SubprocessSdkWorker.run = _run_worker_watched
+    fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
     _step_modules = list(modules)
