@@ -15,7 +15,9 @@ to 1.25x as long):
     fastText is faster on texts of one script in a row, 15.0-15.8 s sorted against 17.1-21.6 s in
     input order on the benchmark's 46,420 texts), then fastText's binding (``multilinePredict``,
     what its ``predict`` calls for a list, as LID calls it) in chunks of LID's ``chunk_docs``:
-    5.57 s against 5.93 s for one ``predict`` call of them all (medians of 5 alternated rounds);
+    5.57 s against 5.93 s for one ``predict`` call of them all (medians of 5 alternated rounds).
+    fastText's time on the same texts swings by up to 1.3x with where its model lands in memory,
+    here and in the runs alike (huge pages take away the swing: BENCHMARKS.md, 2026-11-29);
   * Arrow: the kept rows as one Arrow table, written as one IPC file, zstd-compressed in record
     batches of ``shards.BATCH_ROWS`` rows as the corpus shards are (0.26-0.28 s against 0.30-0.40 s
     as one batch) (unsorted: the shards' sort for byte-identical output is left out).
