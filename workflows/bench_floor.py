@@ -16,8 +16,11 @@ to 1.25x as long):
     input order on the benchmark's 46,420 texts), then fastText's binding (``multilinePredict``,
     what its ``predict`` calls for a list, as LID calls it) in chunks of LID's ``chunk_docs``:
     5.57 s against 5.93 s for one ``predict`` call of them all (medians of 5 alternated rounds).
-    fastText's time on the same texts swings by up to 1.3x with where its model lands in memory,
-    here and in the runs alike (huge pages take away the swing: BENCHMARKS.md, 2026-11-29);
+    The model is loaded before the texts, as a worker loads it in its setup before its first
+    bundle: the first model a process loads after them took 5.6-6.6 s on these texts, one loaded
+    before them 4.7-4.8 s, and a third loaded after them 4.5-4.9 s (a run's own LID: 4.7-5.0 s).
+    fastText's speed follows where its model's tables land in memory; why that arrangement is slow
+    is not known (BENCHMARKS.md, 2026-11-29 and 11-30);
   * Arrow: the kept rows as one Arrow table, written as one IPC file, zstd-compressed in record
     batches of ``shards.BATCH_ROWS`` rows as the corpus shards are (0.26-0.28 s against 0.30-0.40 s
     as one batch) (unsorted: the shards' sort for byte-identical output is left out).
@@ -28,7 +31,9 @@ the floor:
     text near-dup sees (after LID);
   * perplexity: CCNet's normalization, SentencePiece pieces and the KenLM score of every document
     whose language has a model (``perplexity.document_perplexity``), the documents first sorted
-    by language (the sort timed too; one language's models in a row: about 0.8x the time).
+    by language (the sort timed too; one language's models in a row: about 0.8x the time), the
+    models loaded after the documents, as a run loads a language's models at its first document
+    (12.9-13.4 s, against 15.2-15.5 s loaded before them).
 The floor leaves out what a chain must also do: find the duplicates among the hashes, cut the
 paragraphs out, band and join the near-duplicates, shard by language and write stats.
 ``pipeline run`` is the command a user types (``python -m pipeline run``), each run in a new
@@ -132,6 +137,9 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
     import pyarrow as pa
 
     data = work / "floor-data"
+    if stage == "lid":  # its model before its input (see the module's docstring)
+        lid = LanguageIdentifier(cfg.section("lid"))
+        model = lid.model
     loaded = marshal.loads((data / {"hash": "texts", "lid": "lid"}.get(stage, "kept")).with_suffix(".marshal")
                            .read_bytes()) if stage != "read" else None
     if stage == "minhash":
@@ -144,9 +152,8 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
     if stage == "arrow":
         shards.docs_to_table(loaded[:1])
     if stage == "lid":
-        lid = LanguageIdentifier(cfg.section("lid"))
-        model, docs = lid.model, [{"text": text} for text in loaded]
-    if stage == "perplexity":
+        docs = [{"text": text} for text in loaded]
+    if stage == "perplexity":  # its models after its input (see the module's docstring)
         scorer = PerplexityScorer(cfg.section("perplexity"))
         scorer.prepare()
         for doc in loaded:
