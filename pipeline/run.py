@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ from .output.shards import write_json
 from .readers import spill
 from .report.corpus_report import build as build_report
 from .report.html import preload as preload_report
-from .runners import forkserver, ledger
+from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
                               pipeline_options)
 from .steps.base import Step
@@ -277,6 +278,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
             raise UserError(f"{exc}{ours}") from None
         local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
         held = None
+        collector = prefork.raise_gc_threshold()  # for the workers that run in this process (DirectRunner in_memory)
         try:
             held = spill.Scratch() if local else None
             scratch = held.path if held else ""
@@ -304,6 +306,7 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
                 raise error from None
             raise
         finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
+            gc.set_threshold(*collector)
             shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
             if held:
                 held.remove()

@@ -146,6 +146,21 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
                     equal_to([True] * 8), label="FromTheForkServer")  # ... the fork server, not a shell
         frozen = parents | "Frozen" >> beam.Map(lambda _: gc.get_freeze_count() > 0)
         assert_that(frozen, equal_to([True] * 8), label="Frozen")  # the fork server's objects out of its collections
+        collected = parents | "Threshold" >> beam.Map(lambda _: gc.get_threshold()[0] >= prefork.GC_THRESHOLD)
+        assert_that(collected, equal_to([True] * 8), label="Threshold")  # and collections rarer
+
+
+def test_the_collector_threshold_is_raised_never_lowered():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert prefork.raise_gc_threshold() == (700, 10, 10)
+        assert gc.get_threshold() == (prefork.GC_THRESHOLD, 10, 10)
+        gc.set_threshold(prefork.GC_THRESHOLD * 2, 5, 5)
+        prefork.raise_gc_threshold()
+        assert gc.get_threshold() == (prefork.GC_THRESHOLD * 2, 5, 5)
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_other_commands_still_start_as_processes():

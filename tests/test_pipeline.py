@@ -356,13 +356,19 @@ def test_a_failed_overwrite_leaves_the_previous_corpus_and_a_good_one_replaces_i
 def test_a_graph_that_fails_to_build_leaves_no_folder_behind(sample, tmp_path, monkeypatch, capsys):
     """A step whose composite raises while the graph is built (a user's plugin, say) is one error
     line; the staging folder, the scratch folder and Beam's own temporary folder are all removed
-    (Beam removes its folder only in ``run()``)."""
+    (Beam removes its folder only in ``run()``). The collector's threshold, raised for the workers
+    that run in this process, is put back."""
+    import gc
     import tempfile
 
     import pipeline.run
+    from pipeline.runners.prefork import GC_THRESHOLD
     from pipeline.util.errors import UserError
 
+    during = []
+
     def broken(*args, **kwargs):
+        during.append(gc.get_threshold()[0])
         raise UserError("steps: my_filter's transform failed to build")
 
     temp = tmp_path / "tmp"
@@ -373,6 +379,7 @@ def test_a_graph_that_fails_to_build_leaves_no_folder_behind(sample, tmp_path, m
     assert run_cli("--input", wet, "--output", str(tmp_path / "out")) == 2
     assert "my_filter's transform failed to build" in capsys.readouterr().err
     assert list(temp.iterdir()) == [] and not list(tmp_path.glob("out/*"))
+    assert during[0] >= GC_THRESHOLD > gc.get_threshold()[0]
 
 
 def test_uncompressed_and_gzip_records_round_trip(tmp_path):

@@ -72,7 +72,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
 from ..util.errors import UserError
-from .prefork import FORKSERVER, WORKER_MODULES, start_fork_server
+from .prefork import FORKSERVER, WORKER_MODULES, raise_gc_threshold, start_fork_server
 
 PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one element) per message
 
@@ -244,6 +244,7 @@ def _run_worker(env: dict[str, str]) -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     gc.freeze()  # what the fork server imported stays out of this worker's collections (and its pages shared)
+    raise_gc_threshold()  # what the steps allocate: prefork.GC_THRESHOLD
     os.environ.clear()
     os.environ.update(env)
     threshold = env.get("MALLOC_MMAP_THRESHOLD_")
