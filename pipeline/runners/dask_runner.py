@@ -666,7 +666,7 @@ def store_options_plugin(options: PipelineOptions) -> Any:
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.set_options(PipelineOptions.from_dictionary(self.flags))
-            prefork.raise_gc_threshold()  # what the steps allocate: prefork.GC_THRESHOLD
+            prefork.raise_gc_threshold()  # the steps' documents: collections rarer
 
     return StoreOptions(options.get_all_options(drop_default=True))
 

@@ -244,7 +244,7 @@ def _run_worker(env: dict[str, str]) -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     gc.freeze()  # what the fork server imported stays out of this worker's collections (and its pages shared)
-    raise_gc_threshold()  # what the steps allocate: prefork.GC_THRESHOLD
+    raise_gc_threshold()  # the steps' documents: collections rarer
     os.environ.clear()
     os.environ.update(env)
     threshold = env.get("MALLOC_MMAP_THRESHOLD_")

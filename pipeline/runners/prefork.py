@@ -24,9 +24,9 @@ FORKSERVER = multiprocessing.get_context("forkserver")
 GC_THRESHOLD = 50_000
 """The cyclic collector's first-generation threshold in a process that runs the chain (Python's
 default is 700 allocations). Documents are dicts and lists by the hundred thousand, none of them in
-a cycle, so the collections find nothing while each older one walks every live document: at 700 a
-1-worker run of the benchmark collected 1,023 times, for 0.71 s of its 11.6 s; at 50,000, 8 times
-(0.11 s). Cycles are still collected, 50,000 allocations later at most."""
+a cycle, so the collections find nothing while each older one walks every live document: at 700 the
+process of a 1-worker run of the benchmark (11.6 s) collected 1,023 times, 0.71 s in all; at 50,000
+all along, 8 times (0.11 s). Cycles are still collected, 50,000 allocations later at most."""
 
 
 def main_is_guarded(main: ModuleType) -> bool:
