@@ -8,6 +8,7 @@ tests (DirectRunner 1 and 2 workers, PortableRunner, against one reference).
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -277,12 +278,15 @@ class KillOwnProcess(beam.DoFn):
 
 
 @pytest.mark.timeout(300)
-def test_a_worker_killed_mid_run_fails_the_run_with_one_line_rather_than_a_hang():
+def test_a_worker_killed_mid_run_fails_the_run_with_one_line_rather_than_a_hang(capfd, caplog):
     """Beam's runner waited for a killed worker's answers for ever (its thread that waited for the
-    process raised, and nothing read that)."""
+    process raised, and nothing read that). Nor do Beam's threads that read the worker's streams,
+    nor its closing of the worker, add their errors and tracebacks to the one line."""
     with pytest.raises(forkserver.WorkerLost, match=r"ended before the run was done: killed by SIGKILL \(.*memory"):
         with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
             _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.ParDo(KillOwnProcess(os.getpid()))
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+    assert "Traceback" not in capfd.readouterr().err
 
 
 @pytest.mark.timeout(300)

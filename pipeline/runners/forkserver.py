@@ -10,7 +10,7 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-Six overrides (the last of three methods), installed by :func:`install`:
+Six overrides (the last of five methods), installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
@@ -40,7 +40,10 @@ Six overrides (the last of three methods), installed by :func:`install`:
   (``SubprocessSdkWorkerHandler.start_worker`` notes the worker's handler,
   ``SubprocessSdkWorker.run`` sees its end, ``FnApiRunner.run_stages`` raises it). Beam only
   raises in the thread that waited for the process: where its runner waited for that worker's
-  answers or data, it waited for ever.
+  answers or data, it waited for ever. The threads that read the worker's control and data
+  streams (``ControlConnection._read``, ``_GrpcDataChannel.set_inputs``) end quietly where the
+  stream broke with the worker, and closing its data channel no longer raises the loss again:
+  Beam printed each of those as an error with a traceback above the one line.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
@@ -60,14 +63,17 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import grpc
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
+from apache_beam.runners.worker import data_plane
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
@@ -211,9 +217,58 @@ def _lose(handler: worker_handlers.GrpcWorkerHandler, error: WorkerLost) -> None
         return future
 
     connection.push = push
-    handler.data_conn._exception = error
+    data = handler.data_conn
+    data._exception = error
+    beam_close = data.close
+
+    def close() -> None:  # Beam's raises the channel's error: the run says it once, not as an error closing it
+        data._exception = None
+        beam_close()
+
+    data.close = close
     for future in list(connection._futures_by_id.values()):
         future.abort(error)
+
+
+_BEAM_CONTROL_READ = worker_handlers.ControlConnection._read
+_BEAM_SET_INPUTS = data_plane._GrpcDataChannel.set_inputs
+LOSS_SEEN_S = 5.0
+"""How long a worker's broken stream waits for a worker process's end to be seen (:data:`_lost`)."""
+
+
+def _loss_seen() -> bool:
+    """Whether a worker process's end is seen within :data:`LOSS_SEEN_S` (a broken stream and the
+    process's end are seen by different threads, in either order)."""
+    deadline = time.monotonic() + LOSS_SEEN_S
+    while not _lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(_lost)
+
+
+def _read_until_lost(self: worker_handlers.ControlConnection) -> None:
+    """``ControlConnection._read`` (a worker's answers, in a thread of their own), ending quietly where
+    its stream broke because a worker process ended: the run says that once (:class:`WorkerLost`);
+    Beam's thread printed the stream's ``grpc.RpcError`` and a traceback above it."""
+    try:
+        _BEAM_CONTROL_READ(self)
+    except grpc.RpcError:
+        if not _loss_seen():
+            raise
+
+
+def _until_lost(elements: Iterable[Any]) -> Iterator[Any]:
+    """A worker's data stream, ended where it broke because a worker process ended (as
+    :func:`_read_until_lost`; Beam's reader logged the error with a traceback and printed another)."""
+    try:
+        yield from elements
+    except grpc.RpcError:
+        if not _loss_seen():
+            raise
+
+
+def _set_inputs_until_lost(self: data_plane._GrpcDataChannel, elements_iterator: Iterable[Any]) -> None:
+    """``_GrpcDataChannel.set_inputs`` of a worker's data stream, read through :func:`_until_lost`."""
+    _BEAM_SET_INPUTS(self, _until_lost(elements_iterator))
 
 
 _BEAM_RUN_STAGES = fn_runner.FnApiRunner.run_stages
@@ -319,6 +374,8 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     worker_handlers.WorkerHandlerManager.close_all = _close_all_at_once
     worker_handlers.SubprocessSdkWorkerHandler.start_worker = _start_worker_noted
     local_job_service.SubprocessSdkWorker.run = _run_worker_watched
+    worker_handlers.ControlConnection._read = _read_until_lost
+    data_plane._GrpcDataChannel.set_inputs = _set_inputs_until_lost
     fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
