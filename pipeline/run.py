@@ -280,12 +280,12 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
         held = None
         collector = prefork.raise_gc_threshold()  # for the workers that run in this process (DirectRunner in_memory)
         try:
-            held = spill.Scratch() if local else None
+            held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
             if scratch and spill.memory_backed(scratch):
-                LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: exact dedup "
-                            "parses every input file twice and tables move between stages as bytes; set TMPDIR to a "
-                            "folder on a disk", scratch)
+                LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: tables move "
+                            "between stages as bytes and, where the workers are processes of their own, exact dedup "
+                            "parses every input file twice; set TMPDIR to a folder on a disk", scratch)
             build_pipeline(pipeline, cfg, list(files), steps, scratch)
             if not build_only and preload_fits(options, cfg.runner):
                 preload_report()

@@ -92,6 +92,64 @@ def test_a_reader_stopped_early_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_scratch_folder_that_holds_spills_in_memory_writes_none_until_it_is_out_of_room(tmp_path):
+    """Where the process that made the scratch folder reads a file (in-process workers), its results
+    are held in memory, given back in order by the same objects, once; past the folder's
+    ``hold_bytes`` a file's results go to its spill on the disk (a file counts once it is whole: the
+    first one may pass the budget); taking a file gives room back; the folder's end lets go of what
+    it held."""
+    held = spill.Scratch(str(tmp_path), hold_bytes=sum(spill._held_bytes(r) for r in RESULTS) + 10)
+    try:
+        assert spilled(held.path, index=4) == RESULTS
+        assert not list(Path(held.path).glob("*.spill"))
+        assert spilled(held.path, RESULTS[:20], index=5) == RESULTS[:20]  # no room left: to the disk
+        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000005.spill"]
+        taken = list(spill.take(held.path, 4))
+        assert taken == RESULTS and all(a is b for a, b in zip(taken, RESULTS))
+        assert spill.take(held.path, 4) is None  # taken once: a retried bundle reads the file again
+        assert list(spill.take(held.path, 5)) == RESULTS[:20] and not list(Path(held.path).glob("*.spill"))
+        assert spilled(held.path, index=6) == RESULTS and not list(Path(held.path).glob("*.spill"))  # room again
+        stream = spill.keeping(held.path, 7, iter(RESULTS))
+        next(stream)
+        stream.close()  # a reader stopped early holds nothing
+        assert spill.take(held.path, 7) is None
+    finally:
+        held.remove()
+    assert spill.take(held.path, 6) is None  # let go of with the folder
+    tiny = spill.Scratch(str(tmp_path), hold_bytes=100)  # not even the first result fits
+    try:
+        assert spilled(tiny.path, index=1) == RESULTS and len(list(Path(tiny.path).glob("*.spill"))) == 1
+        assert list(spill.take(tiny.path, 1)) == RESULTS
+    finally:
+        tiny.remove()
+
+
+def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_path):
+    """A worker in another process (forked or started) finds no memory to hold them in: it writes
+    the spill to the disk, where a worker of any process takes it."""
+    held = spill.Scratch(str(tmp_path), hold_bytes=2**30)
+    try:
+        code = ("import sys; from pipeline.readers import spill; from pipeline.steps.base import Drop\n"
+                "results = [{'id': 'a', 'text': 'x'}, Drop('too_short')]\n"
+                "assert list(spill.keeping(sys.argv[1], 3, iter(results))) == results\n")
+        subprocess.run([sys.executable, "-c", code, held.path], check=True, timeout=60)
+        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000003.spill"]
+        assert list(spill.take(held.path, 3)) == [{"id": "a", "text": "x"}, Drop("too_short")]
+    finally:
+        held.remove()
+
+
+def test_hold_bytes_is_a_quarter_of_the_memory_available(tmp_path, monkeypatch):
+    from pipeline.util import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n")
+    assert memory.available_bytes(str(meminfo)) == 20000000 * 1024
+    assert memory.available_bytes(str(tmp_path / "absent")) == 0
+    monkeypatch.setattr(spill, "available_bytes", lambda: 4000)
+    assert spill.hold_bytes() == 1000
+
+
 def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):
     spilled(tmp_path)
     path = tmp_path / "000004.spill"
@@ -202,19 +260,26 @@ def test_a_scratch_folder_where_nothing_locks_has_no_lock_file_and_one_that_cann
 
 def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(inputs, tmp_path, monkeypatch,  # noqa: F811
                                                                               caplog):
-    """In-process DirectRunner on two sample files and every kind of bad record: with the scratch
-    folder, each input file is read once (by the first pass) and every table moves between the write
-    stages as a file; with the scratch folder in memory (a tmpfs, said in a warning), each file is
-    read twice and every table moves as bytes; shards, stats and rejected records are the same
-    bytes, and the run's scratch folder is gone."""
+    """In-process DirectRunner on two sample files and every kind of bad record: each input file is
+    read once (by the first pass), its results held in memory for the second, and every table moves
+    between the write stages as a file; with no memory to hold them in, the same through spills on
+    the disk; with the scratch folder in memory (a tmpfs, said in a warning) and no memory to hold
+    them in, each file is read twice and every table moves as bytes. Shards, stats and rejected
+    records are the same bytes, and the run's scratch folder is gone."""
     from pipeline.transforms import dedup
 
     reads: list[str] = []
+    writers: list[str] = []  # the spills written to the disk
     kinds = tmp_path / "stashed.txt"  # a file: Beam pickles the Stash step's function, a copy of any list
 
     def counted(path, cfg):
         reads.append(path)
         return read_file(path, cfg)
+
+    class Writer(spill._Writer):
+        def __init__(self, final, budget):
+            super().__init__(final, budget)
+            writers.append(final)
 
     def recorded(tables, scratch, stash=write.stash):
         parts = stash(tables, scratch)
@@ -224,12 +289,16 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
 
     monkeypatch.setattr(dedup, "read_file", counted)
     monkeypatch.setattr(write, "stash", recorded)
+    monkeypatch.setattr(spill, "_Writer", Writer)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     outputs = {}
-    for name in ("spilled", "read twice"):
+    for name in ("held", "spilled", "read twice"):
+        if name == "spilled":
+            monkeypatch.setattr(spill, "hold_bytes", lambda: 0)
         if name == "read twice":
             monkeypatch.setattr(spill, "memory_backed", lambda path, mounts="": True)
         reads.clear()
+        writers.clear()
         kinds.write_text("")
         out = tmp_path / name.replace(" ", "-")
         assert run_cli("--config", "configs/corpus/sample.yaml", "--input", str(inputs / "*.gz"), "--output", str(out),
@@ -237,10 +306,11 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "run.json" and "report" not in p.parts)
         outputs[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
         readable = {p for p in reads if not p.endswith("dangling.warc.wet.gz")}
-        assert len(reads) == len(set(reads)) * (1 if name == "spilled" else 2) and len(readable) == 4, reads
+        assert len(reads) == len(set(reads)) * (2 if name == "read twice" else 1) and len(readable) == 4, reads
+        assert len(writers) == (0 if name == "held" else len(set(reads))), writers
         stashed = kinds.read_text().split()  # the Stash step's tables and SplitByShard's parts
-        assert len(stashed) > 2 and set(stashed) == {"str" if name == "spilled" else "bytes"}, stashed
+        assert len(stashed) > 2 and set(stashed) == {"bytes" if name == "read twice" else "str"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
         assert ("is in memory (a tmpfs), so nothing is kept there" in caplog.text) == (name == "read twice")
-    assert outputs["spilled"] == outputs["read twice"]
+    assert outputs["held"] == outputs["spilled"] == outputs["read twice"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5

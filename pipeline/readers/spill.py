@@ -1,10 +1,20 @@
-"""What the dedup's first pass read from an input file, kept on this machine's disk for the second.
+"""What the dedup's first pass read from an input file, kept on this machine's disk (or in memory) for
+the second.
 
 CCNet reads every file twice: once to hash its paragraphs, once to take the duplicates out. Where
 the run's workers share the driver's disk (the DirectRunner), the first pass writes each file's
 read results to ``<scratch>/<file index>.spill`` as it parses them, and the second loads them
 instead of parsing the file again, then deletes them. On the benchmark's 8 WET files (53,328
 documents) parsing takes 2.9-3.6 s a pass; writing and loading the spill 0.5-0.7 s together.
+
+Where the second pass runs in the process that made the run's scratch folder (the DirectRunner's
+own workers, ``in_memory``: every 1-worker run), the first pass's results are held there instead,
+as they are, up to the ``hold_bytes`` its :class:`Scratch` was made with in all (:func:`hold_bytes`:
+a quarter of the memory available when the run starts): no spill is written or loaded (0.17 s and
+0.19 s for the benchmark's 8 files), and a 1-worker ``[dedup, lid]`` run of the benchmark took
+0.975x the time (medians of 6 alternated runs, BENCHMARKS.md, 2026-11-30); LID's model is loaded
+apart from the held documents (``util.memory.in_own_arena``), without which fastText took 1.25x
+the time. Past that, a file's results go to its spill on the disk as above.
 
 A spill is written under a temporary name and renamed when whole, so one that is there is
 complete; none is written to a tmpfs (memory), which is why a run's scratch folder goes to
@@ -30,11 +40,14 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import tempfile
+import threading
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from ..steps.base import CHUNK_DOCS, Drop, Note, Rejected
 from ..util.errors import UserError
+from ..util.memory import available_bytes
 
 SPARE_BYTES = 2**30
 """Free bytes a spill never takes (nor 5 % of the disk, whichever is more)."""
@@ -47,6 +60,12 @@ LOG = logging.getLogger(__name__)
 _KINDS: dict[str, type] = {"drop": Drop, "note": Note, "rejected": Rejected}
 _TAGS = {cls: tag for tag, cls in _KINDS.items()}
 _FRAME = 8
+
+
+def hold_bytes() -> int:
+    """What a run's scratch folder may hold in memory (:class:`Scratch`): a quarter of the memory
+    available now."""
+    return available_bytes() // 4
 
 
 def path_of(scratch: str, index: int) -> str:
@@ -98,14 +117,16 @@ def scratch_parent(mounts: str = "/proc/self/mounts") -> str:
 
 class Scratch:
     """A run's scratch folder under :func:`scratch_parent` (spills, stashed tables), removed by
-    :meth:`remove` when the run ends, failed or not. A run whose process was killed (SIGKILL, out
+    :meth:`remove` when the run ends, failed or not. With ``hold_bytes``, spills that this process
+    writes are held in its memory instead, up to about that many bytes in all (:func:`keeping`).
+    A run whose process was killed (SIGKILL, out
     of memory) cannot remove its own, and on a disk it could hold a copy of every input file read:
     so the folder's lock file is held by this process (``flock``, which the kernel releases when the
     process dies) and names this host and process once held, and each new scratch folder first
     removes those beside it that :func:`abandoned` finds. Where the file system cannot lock, the
     folder is made without a lock file, and so is never taken for abandoned."""
 
-    def __init__(self, parent: str | None = None) -> None:
+    def __init__(self, parent: str | None = None, hold_bytes: int = 0) -> None:
         parent = parent or scratch_parent()
         for path in abandoned(parent):
             shutil.rmtree(path, ignore_errors=True)
@@ -125,9 +146,12 @@ class Scratch:
             os.close(self._lock)
             self._lock = None
             os.unlink(lock)
+        if hold_bytes > 0:
+            _IN_MEMORY[self.path] = _Memory(hold_bytes)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        _IN_MEMORY.pop(self.path, None)
         _HELD.discard(self.path)
         if self._lock is not None:
             os.close(self._lock)
@@ -188,17 +212,75 @@ def budget(scratch: str) -> int:
     return max(0, (usage.free - max(SPARE_BYTES, usage.total // 20)) // 4)
 
 
+HELD_DOCUMENT_BYTES = 1200
+"""What a held document takes beyond its text (its dict, id, URL, date, digest: 1.17 KB a document
+of the benchmark, whose 53,328 documents took 186 MB of memory for 177 MB so counted)."""
+HELD_OTHER_BYTES = 200
+"""What a held drop, note or rejected record takes."""
+
+
+def _held_bytes(result: Any) -> int:
+    if isinstance(result, dict):
+        return sys.getsizeof(result["text"]) + HELD_DOCUMENT_BYTES
+    return HELD_OTHER_BYTES
+
+
+class _Memory:
+    """The spills held in the memory of the process that made a scratch folder: per file index,
+    its results and their size, up to ``budget`` bytes in all (one file may pass it: a file only
+    counts once it is whole)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.used = budget, 0
+        self.files: dict[int, tuple[list[Any], int]] = {}
+        self.lock = threading.Lock()  # (the DirectRunner's multi_threading workers share it)
+
+    def put(self, index: int, results: list[Any], size: int) -> None:
+        with self.lock:
+            _, before = self.files.get(index, ((), 0))  # a retried bundle's file replaces what it held
+            self.files[index] = results, size
+            self.used += size - before
+
+    def take(self, index: int) -> list[Any] | None:
+        with self.lock:
+            results, size = self.files.pop(index, (None, 0))
+            self.used -= size
+            return results
+
+
+_IN_MEMORY: dict[str, _Memory] = {}
+"""This process's scratch folders that hold spills in its memory (``Scratch(hold_bytes=...)``)."""
+
+
 def keeping(scratch: str, index: int, results: Iterable[Any]) -> Iterator[Any]:
-    """``results`` passed on as they come, written meanwhile to file ``index``'s spill (complete
-    when the last result has been taken). Without room on the disk they are only passed on."""
-    writer = _Writer(path_of(scratch, index), budget(scratch))
+    """``results`` passed on as they come, kept meanwhile as file ``index``'s spill (complete
+    when the last result has been taken): in this process's memory where it made the scratch
+    folder with room to hold them, else written to the disk. Without room on the disk either, they
+    are only passed on."""
+    memory = _IN_MEMORY.get(scratch)
+    held: list[Any] | None = [] if memory is not None else None
+    size = 0
+    writer = None if memory is not None else _Writer(path_of(scratch, index), budget(scratch))
     try:
         for result in results:
             yield result
-            writer.add(result)
-        writer.finish()
+            if held is None:
+                writer.add(result)
+                continue
+            held.append(result)
+            size += _held_bytes(result)
+            if memory.used + size > memory.budget:  # no room left: this file's spill goes to the disk
+                writer = _Writer(path_of(scratch, index), budget(scratch))
+                for kept in held:
+                    writer.add(kept)
+                held = None
+        if held is not None:
+            memory.put(index, held, size)
+        else:
+            writer.finish()
     finally:
-        writer.abandon()
+        if writer is not None:
+            writer.abandon()
 
 
 class _Writer:
@@ -270,6 +352,10 @@ def take(scratch: str, index: int) -> Iterator[Any] | None:
     """File ``index``'s spilled results, in the order they were read, or None when there is no
     whole spill (none written, or one cut short: its frames do not end in the end mark at the end
     of the file). The spill is deleted as it is opened: a retried bundle reads the input file again."""
+    memory = _IN_MEMORY.get(scratch)
+    held = memory.take(index) if memory is not None else None
+    if held is not None:
+        return _handed_over(held)
     path = path_of(scratch, index)
     try:
         stream = open(path, "rb")
@@ -280,6 +366,13 @@ def take(scratch: str, index: int) -> Iterator[Any] | None:
         stream.close()
         return None
     return _frames(stream)
+
+
+def _handed_over(held: list[Any]) -> Iterator[Any]:
+    """``held`` in order, each result let go of as it is handed over (as a spill's frames are read)."""
+    held.reverse()
+    while held:
+        yield held.pop()
 
 
 def _whole(stream: BinaryIO) -> bool:
