@@ -95,9 +95,8 @@ def test_a_reader_stopped_early_leaves_nothing(tmp_path):
 def test_a_scratch_folder_that_holds_spills_in_memory_writes_none_until_it_is_out_of_room(tmp_path):
     """Where the process that made the scratch folder reads a file (in-process workers), its results
     are held in memory, given back in order by the same objects, once; past the folder's
-    ``hold_bytes`` a file's results go to its spill on the disk (a file counts once it is whole: the
-    first one may pass the budget); taking a file gives room back; the folder's end lets go of what
-    it held."""
+    ``hold_bytes`` a file's results, those held so far included, go to its spill on the disk; taking
+    a file gives room back; the folder's end lets go of what it held."""
     held = spill.Scratch(str(tmp_path), hold_bytes=sum(spill._held_bytes(r) for r in RESULTS) + 10)
     try:
         assert spilled(held.path, index=4) == RESULTS

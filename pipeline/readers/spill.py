@@ -119,11 +119,11 @@ class Scratch:
     """A run's scratch folder under :func:`scratch_parent` (spills, stashed tables), removed by
     :meth:`remove` when the run ends, failed or not. With ``hold_bytes``, spills that this process
     writes are held in its memory instead, up to about that many bytes in all (:func:`keeping`).
-    A run whose process was killed (SIGKILL, out
-    of memory) cannot remove its own, and on a disk it could hold a copy of every input file read:
-    so the folder's lock file is held by this process (``flock``, which the kernel releases when the
-    process dies) and names this host and process once held, and each new scratch folder first
-    removes those beside it that :func:`abandoned` finds. Where the file system cannot lock, the
+    A run whose process was killed (SIGKILL, out of memory) cannot remove its own, and on a disk
+    it could hold a copy of every input file read: so the folder's lock file is held by this
+    process (``flock``, which the kernel releases when the process dies) and names this host and
+    process once held, and each new scratch folder first removes those beside it that
+    :func:`abandoned` finds. Where the file system cannot lock, the
     folder is made without a lock file, and so is never taken for abandoned."""
 
     def __init__(self, parent: str | None = None, hold_bytes: int = 0) -> None:
@@ -227,8 +227,8 @@ def _held_bytes(result: Any) -> int:
 
 class _Memory:
     """The spills held in the memory of the process that made a scratch folder: per file index,
-    its results and their size, up to ``budget`` bytes in all (one file may pass it: a file only
-    counts once it is whole)."""
+    its results and their size, up to ``budget`` bytes in all (a file being read counts once it is
+    whole, so files read at the same time, by threads, may pass it together)."""
 
     def __init__(self, budget: int) -> None:
         self.budget, self.used = budget, 0
@@ -351,7 +351,8 @@ class _Writer:
 def take(scratch: str, index: int) -> Iterator[Any] | None:
     """File ``index``'s spilled results, in the order they were read, or None when there is no
     whole spill (none written, or one cut short: its frames do not end in the end mark at the end
-    of the file). The spill is deleted as it is opened: a retried bundle reads the input file again."""
+    of the file). One held in this process's memory is taken from there. The spill is deleted as
+    it is opened, a held one let go of: a retried bundle reads the input file again."""
     memory = _IN_MEMORY.get(scratch)
     held = memory.take(index) if memory is not None else None
     if held is not None:
