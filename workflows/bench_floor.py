@@ -52,8 +52,13 @@ swing within minutes: the `predict` floor took 11.3 s and 17.3 s an hour apart h
 floor from one round against a best run from another says little). A round times the floor before
 its runs and again after them, and takes the mean of the two, so that a drift of the machine's
 speed across the round cancels; its runs go in the order of ``--workers`` in odd rounds and the
-reverse in even ones. The machine's speed per core is printed as the time of a fixed
-10-million-addition Python loop, to compare figures taken on other machines.
+reverse in even ones. For each worker count n above 1, a round also times the floor on n cores at
+once, before and after its runs: each stage's input cut into n consecutive parts (files, or
+documents), one process per part, started together, the stage's time the slowest part's. The
+n-worker run is printed against it too, and it against the floor divided by n: the part of the
+gap that the machine's cores, sharing caches and memory, leave even to the floor. The machine's
+speed per core is printed as the time of a fixed 10-million-addition Python loop, to compare
+figures taken on other machines.
 
     .venv/bin/python workflows/bench_floor.py [--target-mb 50] [--repeat 2] [--full] [--workers 1,2]
 """
@@ -111,28 +116,47 @@ def floor_data(inputs: list[str], work: Path, cfg) -> None:
         (data / f"{name}.marshal").write_bytes(marshal.dumps(value))
 
 
-def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: list[str]) -> dict[str, float]:
+def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: list[str],
+          cores: int = 1) -> dict[str, float]:
     """Seconds of each floor stage, each in a new process of its own (``--stage``): a stage run in
     the benchmark's process, after the others, took up to 1.25x as long (fastText ``predict``: 6.0
-    against 4.8 s on the same texts, its heap holding every file's parsed records)."""
+    against 4.8 s on the same texts, its heap holding every file's parsed records).
+
+    With ``cores`` above 1, the stage on that many cores at once: its input cut into ``cores``
+    consecutive parts, each in a process of its own, which start their timed work together once
+    every one has loaded its part; the stage's seconds are the slowest part's. What the floor
+    divided by ``cores`` leaves out: the cores share the machine's caches and memory bandwidth
+    (fastText's ``predict``, two halves at once: 2-4 % slower than each alone, BENCHMARKS.md), and
+    the parts need not take equal times."""
     seconds = {}
     for stage in stages:
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--work", str(work),
-                               "--chain", chain, *(f"--extra={e}" for e in extra), *inputs],
-                              cwd=ROOT, capture_output=True, text=True)
-        if done.returncode:
-            sys.exit(f"floor stage {stage} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-        seconds[stage] = float(done.stdout.split()[-1])
+        parts = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--work", str(work),
+                                   "--chain", chain, *(f"--extra={e}" for e in extra), f"--part={k}/{cores}", *inputs],
+                                  cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for k in range(cores)]
+        for part in parts:  # each says it is ready (its input loaded) before any starts
+            part.stdout.readline()
+        for part in parts:
+            part.stdin.write("go\n")
+            part.stdin.flush()
+        times = []
+        for part in parts:
+            out, err = part.communicate()
+            if part.returncode:
+                sys.exit(f"floor stage {stage} failed: {(err.strip().splitlines() or ['?'])[-1]}")
+            times.append(float(out.split()[-1]))
+        seconds[stage] = max(times)
     return seconds
 
 
-def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
+def floor_stage(stage: str, inputs: list[str], work: Path, cfg, part: int = 0, parts: int = 1) -> float:
     """One floor stage alone, the fastest known way, on one core (its input loaded and what it sets
     up once done untimed: models loaded, MinHash's permutations drawn, pyarrow's first conversion,
     which imports pandas, made): ``read`` fastwarc's iteration; ``hash`` CCNet's paragraph hashes
     of every body; ``lid`` sorted chunks through fastText's binding; ``minhash`` the signatures per
     shingle kind; ``perplexity`` every kept document by language; ``arrow`` one zstd IPC file of
-    the kept rows."""
+    the kept rows. Of its input (the files, or the documents) only consecutive part ``part`` of
+    ``parts``. It prints ``ready`` once set up and starts when a line comes on its standard input."""
     import fastwarc.warc as fw
     import pyarrow as pa
 
@@ -142,6 +166,7 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
         model = lid.model
     loaded = marshal.loads((data / {"hash": "texts", "lid": "lid"}.get(stage, "kept")).with_suffix(".marshal")
                            .read_bytes()) if stage != "read" else None
+    inputs, loaded = part_of(inputs, part, parts), part_of(loaded, part, parts) if loaded is not None else None
     if stage == "minhash":
         near = cfg.section("near_dedup")
         by_kind: dict[str, list[str]] = {}
@@ -158,6 +183,8 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
         scorer.prepare()
         for doc in loaded:
             scorer.models(doc["lang"])
+    print("ready", flush=True)
+    sys.stdin.readline()
     start = time.perf_counter()
     if stage == "read":
         for path in inputs:
@@ -182,10 +209,15 @@ def floor_stage(stage: str, inputs: list[str], work: Path, cfg) -> float:
     else:
         table = shards.docs_to_table(loaded)
         options = pa.ipc.IpcWriteOptions(compression="zstd")
-        with pa.OSFile(str(data / "floor.arrow"), "wb") as sink, \
+        with pa.OSFile(str(data / f"floor-{part}.arrow"), "wb") as sink, \
                 pa.ipc.new_file(sink, table.schema, options=options) as writer:
             writer.write_table(table, max_chunksize=shards.BATCH_ROWS)
     return time.perf_counter() - start
+
+
+def part_of(items: list, part: int, parts: int) -> list:
+    """Consecutive part ``part`` (from 0) of ``items`` cut into ``parts`` parts of sizes differing by one at most."""
+    return items[len(items) * part // parts:len(items) * (part + 1) // parts]
 
 
 def pipeline_run(inputs: list[str], out: Path, workers: int, steps: str,
@@ -216,13 +248,17 @@ def main() -> None:
     parser.add_argument("--stage", choices=FLOOR_STAGES, help="(internal) time one floor stage in this process")
     parser.add_argument("--chain", default=STEPS, help="(with --stage) the chain's steps")
     parser.add_argument("--extra", action="append", default=[], help="(with --stage) a --set of the chain")
+    parser.add_argument("--part", default="0/1", help="(with --stage) K/N: only part K (from 0) of N of the input")
     parser.add_argument("inputs", nargs="*", help="(with --stage) the input files")
     args = parser.parse_args()
     if args.stage:
         if not (Path(args.work) / "floor-data" / "kept.marshal").is_file():
             parser.error(f"--stage: no floor data in {args.work}/floor-data (a bench_floor.py run makes it)")
         cfg = bench_config(args.inputs, str(Path(args.work) / "unused"), 1, args.chain, args.extra)
-        print(f"{floor_stage(args.stage, args.inputs, Path(args.work), cfg):.4f}")
+        part, _, parts = args.part.partition("/")
+        if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
+            parser.error(f"--part takes K/N with 0 <= K < N, got {args.part!r}")
+        print(f"{floor_stage(args.stage, args.inputs, Path(args.work), cfg, int(part), int(parts)):.4f}")
         return
     if args.repeat < 1 or args.target_mb <= 0:
         parser.error(f"--repeat must be at least 1 and --target-mb above 0, got {args.repeat} and {args.target_mb}")
@@ -249,8 +285,11 @@ def main() -> None:
     print(f"the runs' scratch folders go to {scratch}: "
           + ("in memory, so no spill: the dedup pass parses every file again" if spill.memory_backed(scratch)
              else "on a disk"), flush=True)
+    many = [n for n in counts if n > 1]  # worker counts whose floor is also measured on that many cores at once
     for round_ in range(args.repeat):
         before = timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor before the runs")
+        before_many = {n: timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor on {n} cores "
+                                      "at once before the runs", n) for n in many}
         times: dict[str, float] = {}
         cpu: dict[str, float] = {}
         for workers in counts if round_ % 2 == 0 else counts[::-1]:  # each count first in every other round
@@ -260,17 +299,23 @@ def main() -> None:
                   f"{sum(parts.values()):.1f} s in the graph's transforms (all workers): "
                   + ", ".join(f"{label} {s:.1f}" for label, s in sorted(parts.items(), key=lambda kv: -kv[1])),
                   flush=True)
+        after_many = {n: timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor on {n} cores "
+                                     "at once after the runs", n) for n in many}
         after = timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor after the runs")
         for stage in before:  # the round's floor: the mean of the two around its runs (a linear drift cancels)
             times[stage] = (before[stage] + after[stage]) / 2
             best[stage] = min(best.get(stage, before[stage]), before[stage], after[stage])
         floor_sum = sum(times[stage] for stage in before)
+        for n in many:
+            times[on_cores(n)] = (sum(before_many[n].values()) + sum(after_many[n].values())) / 2
         for workers in counts:
             name = run_name(workers)
             own_cpu.setdefault(name, []).append(floor_sum / cpu[name])
             best[name] = min(best.get(name, times[name]), times[name])
         print(f"round {round_ + 1}: floor {sum(before.values()):.2f} s before, {sum(after.values()):.2f} s after; "
-              + ", ".join(f"{run_name(w)} {floor_sum / w / times[run_name(w)]:.0%}" for w in counts)
+              + ", ".join(f"{run_name(w)} {floor_sum / w / times[run_name(w)]:.0%}"
+                          + (f" (of the floor on {w} cores at once, {times[on_cores(w)]:.2f} s: "
+                             f"{times[on_cores(w)] / times[run_name(w)]:.0%})" if w > 1 else "") for w in counts)
               + " of the round's floor", flush=True)
         rounds.append(times)
     total = sum(best[stage] for stage in stages)
@@ -284,14 +329,24 @@ def main() -> None:
               f"each round against its own floor: " + ", ".join(f"{share:.0%}" for share in own)
               + f" (median {statistics.median(own):.0%}); the floor is {statistics.median(own_cpu[name]):.0%} of "
               f"its CPU seconds (median of rounds: the rest is work beyond the floor, on any core)")
+        if workers > 1:
+            shares = [r[on_cores(workers)] / r[name] for r in rounds]
+            scaling = [sum(r[s] for s in stages) / workers / r[on_cores(workers)] for r in rounds]
+            print(f"  against the floor on {workers} cores at once (each stage's input cut in {workers}, run together): "
+                  + ", ".join(f"{share:.0%}" for share in shares) + f" (median {statistics.median(shares):.0%}); "
+                  f"that floor is {statistics.median(scaling):.0%} of the one-core floor's / {workers} (median of rounds)")
 
 
 def timed_floor(work: Path, inputs: list[str], chain: str, extra: list[str], stages: list[str],
-                label: str) -> dict[str, float]:
+                label: str, cores: int = 1) -> dict[str, float]:
     """:func:`floor`, printed."""
-    times = floor(inputs, work, chain, extra, stages)
+    times = floor(inputs, work, chain, extra, stages, cores)
     print(f"{label}: " + ", ".join(f"{s} {t:.2f} s" for s, t in times.items()), flush=True)
     return times
+
+
+def on_cores(cores: int) -> str:
+    return f"floor on {cores} cores"
 
 
 def run_name(workers: int) -> str:
