@@ -76,25 +76,6 @@ def test_bad_model_path_is_a_user_error(tmp_path):
         LanguageIdentifier(LidConfig(model=str(bad))).model
 
 
-def test_the_model_is_loaded_in_a_thread_of_its_own_and_its_errors_reach_the_caller(monkeypatch):
-    """fastText's tables are allocated in a thread of their own (another malloc arena than the
-    documents'), and what goes wrong there is raised where the model was asked for."""
-    import threading
-
-    import fasttext
-
-    from pipeline.util import memory
-
-    loaded_in = []
-    load = fasttext.load_model
-    monkeypatch.setattr(fasttext, "load_model", lambda path: loaded_in.append(threading.current_thread()) or load(path))
-    assert LanguageIdentifier(LidConfig()).predict("Ceci est une phrase en français.")[0] == "fr"
-    assert loaded_in and loaded_in[0] is not threading.current_thread()
-    with pytest.raises(KeyError, match="raised there"):
-        memory.in_own_arena(lambda: {}["raised there"])
-    assert memory.in_own_arena(threading.current_thread) is not threading.current_thread()
-
-
 def test_broken_models_are_found_before_the_job(tmp_path):
     """A directory, an empty file, a fastText header with a garbage body, a truncated model: one
     error line each before any work (fastText itself crashes the process on a truncated file)."""

@@ -268,6 +268,38 @@ def test_apply_step_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
                                                             (("odd", "seen"), 5)]
 
 
+def test_apply_step_sets_up_and_runs_its_step_in_one_thread_of_its_own_and_its_errors_reach_the_bundle():
+    """The step's setup and every chunk run in one thread other than the bundle's (another malloc
+    arena than the documents'); what the step raises there is raised in the bundle's thread."""
+    import threading
+
+    from pipeline.transforms.apply import ApplyStep
+
+    class Where(Odd):
+        def setup(self):
+            self.threads = [threading.current_thread()]
+
+        def apply_chunk(self, docs):
+            self.threads.append(threading.current_thread())
+            if any(doc["id"] < 0 for doc in docs):
+                raise ValueError("a bad document")
+            return super().apply_chunk(docs)
+
+    step = Where()
+    step.chunk_docs = 2
+    fn = ApplyStep(step)
+    Counted(fn)
+    fn.setup()
+    fn.start_bundle()
+    for i in range(4):
+        list(fn.process({"id": i}))
+    list(fn.finish_bundle())
+    assert len(step.threads) == 4 and len(set(step.threads)) == 1  # setup, two chunks, the (empty) rest and step.threads[0] is not threading.current_thread()
+    list(fn.process({"id": -1}))
+    with pytest.raises(ValueError, match="a bad document"):
+        list(fn.process({"id": 5}))
+
+
 def test_a_step_counts_only_what_it_declares():
     with pytest.raises(ValueError, match="does not declare"):
         Odd().count("surprise")

@@ -13,7 +13,7 @@ as they are, up to the ``hold_bytes`` its :class:`Scratch` was made with in all 
 a quarter of the memory available when the run starts): no spill is written or loaded (0.17 s and
 0.19 s for the benchmark's 8 files), and a 1-worker ``[dedup, lid]`` run of the benchmark took
 0.975x the time (medians of 6 alternated runs, BENCHMARKS.md, 2026-11-30); LID's model is loaded
-apart from the held documents (``util.memory.in_own_arena``), without which fastText took 1.25x
+apart from the held documents (``transforms.apply.ApplyStep``), without which fastText took 1.25x
 the time. Past that, a file's results go to its spill on the disk as above.
 
 A spill is written under a temporary name and renamed when whole, so one that is there is

@@ -14,7 +14,6 @@ from typing import Any
 from ..output import fs
 from .base import Document, Drop, RunInfo, Step, StepResult
 from ..util.errors import UserError
-from ..util.memory import in_own_arena
 
 LABEL_PREFIX = "__label__"
 NEWLINES = ("space", "delete")
@@ -155,8 +154,8 @@ class LanguageIdentifier(Step):
 
             fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
             path = fs.local_copy(self.model_path, MODEL_CACHE)
-            try:  # its tables apart from the documents (util.memory.in_own_arena)
-                self._model = in_own_arena(lambda: fasttext.load_model(str(path)))
+            try:
+                self._model = fasttext.load_model(str(path))
             except ValueError as exc:
                 raise UserError(f"{self.model_path}: not a fastText model ({exc})") from None
         return self._model

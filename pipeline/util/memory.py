@@ -1,38 +1,28 @@
-"""Where a process's memory comes from: a model's tables allocated apart from the documents, and the
-memory a run may hold documents in."""
+"""Where a process's memory comes from: a step's models and buffers allocated apart from the documents,
+and the memory a run may hold documents in."""
 from __future__ import annotations
 
-import threading
-from typing import Callable, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
 
-def in_own_arena(load: Callable[[], T]) -> T:
-    """``load()``, run in a thread of its own and waited for: glibc's malloc gives a new thread
-    another arena than the main thread's, so what ``load`` allocates and keeps (a model's tables)
-    lies together there rather than in the gaps that documents made and left in the main arena.
+class OwnArena:
+    """Calls run one at a time in a thread of its own, the same thread for this object's life, each
+    waited for: glibc's malloc gives a new thread another arena than the main thread's, so what the
+    calls allocate, kept (a model's tables) or freed again at once (a prediction's buffers), lies
+    there rather than in the gaps that documents made and left in the main arena. Where nothing
+    fragmented the main arena (a model and its input loaded in a process of their own), it made no
+    difference (fastText, SentencePiece and KenLM, BENCHMARKS.md, 2026-11-30). Exceptions are
+    raised in the caller's thread. Elsewhere than glibc it is a thread's call, no more."""
 
-    LID's fastText took 5.8-6.0 s of a 1-worker run of the benchmark with its model loaded in the
-    main arena while the hash pass's documents were held there (``readers.spill``), and 4.7 s with
-    it loaded in a thread of its own; where no documents were held (2 workers, or spills on the
-    disk) it made no difference (BENCHMARKS.md, 2026-11-30). Exceptions are raised here, in the
-    caller's thread. Elsewhere than glibc it is a thread's call of ``load``, nothing more."""
-    result: list[T] = []
-    error: list[BaseException] = []
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="own-arena")
 
-    def run() -> None:
-        try:
-            result.append(load())
-        except BaseException as exc:  # noqa: BLE001  raised again in the caller's thread
-            error.append(exc)
-
-    thread = threading.Thread(target=run, name="load-in-own-arena")
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in this object's thread."""
+        return self._thread.submit(fn, *args).result()
 
 
 def available_bytes(meminfo: str = "/proc/meminfo") -> int:
