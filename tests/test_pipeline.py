@@ -298,6 +298,9 @@ def test_apply_step_sets_up_and_runs_its_step_in_one_thread_of_its_own_and_its_e
     list(fn.process({"id": -1}))
     with pytest.raises(ValueError, match="a bad document"):
         list(fn.process({"id": 5}))
+    fn.teardown()  # the thread ends with the DoFn
+    step.threads[0].join(timeout=10)
+    assert not step.threads[0].is_alive()
 
 
 def test_a_step_counts_only_what_it_declares():

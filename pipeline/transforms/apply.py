@@ -49,6 +49,11 @@ class ApplyStep(CountingDoFn):
         self.arena = OwnArena()
         self.arena.run(self.applied.setup)
 
+    def teardown(self) -> None:
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+
     def start_bundle(self) -> None:
         super().start_bundle()
         self.waiting = []

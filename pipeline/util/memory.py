@@ -24,6 +24,10 @@ class OwnArena:
         """``fn(*args)`` in this object's thread."""
         return self._thread.submit(fn, *args).result()
 
+    def close(self) -> None:
+        """Let the thread end (once a call running there returns); no call may follow."""
+        self._thread.shutdown(wait=False)
+
 
 def available_bytes(meminfo: str = "/proc/meminfo") -> int:
     """The memory the kernel says a process could still take without swapping (``MemAvailable``),
