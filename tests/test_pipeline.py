@@ -294,7 +294,8 @@ def test_apply_step_sets_up_and_runs_its_step_in_one_thread_of_its_own_and_its_e
     for i in range(4):
         list(fn.process({"id": i}))
     list(fn.finish_bundle())
-    assert len(step.threads) == 4 and len(set(step.threads)) == 1  # setup, two chunks, the (empty) rest and step.threads[0] is not threading.current_thread()
+    assert len(step.threads) == 4 and len(set(step.threads)) == 1  # setup, two chunks, the (empty) rest
+    assert step.threads[0] is not threading.current_thread()
     list(fn.process({"id": -1}))
     with pytest.raises(ValueError, match="a bad document"):
         list(fn.process({"id": 5}))

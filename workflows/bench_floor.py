@@ -126,19 +126,19 @@ def floor(inputs: list[str], work: Path, chain: str, extra: list[str], stages: l
     consecutive parts, each in a process of its own, which start their timed work together once
     every one has loaded its part; the stage's seconds are the slowest part's. What the floor
     divided by ``cores`` leaves out: the cores share the machine's caches and memory bandwidth
-    (fastText's ``predict``, two halves at once: 2-4 % slower than each alone, BENCHMARKS.md), and
-    the parts need not take equal times."""
+    (the LID floor, two copies at once: 0-5 % slower than one alone, BENCHMARKS.md), and the parts
+    need not take equal times."""
     seconds = {}
     for stage in stages:
         parts = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--work", str(work),
                                    "--chain", chain, *(f"--extra={e}" for e in extra), f"--part={k}/{cores}", *inputs],
                                   cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for k in range(cores)]
-        for part in parts:  # each says it is ready (its input loaded) before any starts
-            part.stdout.readline()
-        for part in parts:
-            part.stdin.write("go\n")
-            part.stdin.flush()
+        ready = [part.stdout.readline() == "ready\n" for part in parts]  # its input loaded, before any starts
+        for part, is_ready in zip(parts, ready):
+            if is_ready:  # (one that failed before it was ready is reported below)
+                part.stdin.write("go\n")
+                part.stdin.flush()
         times = []
         for part in parts:
             out, err = part.communicate()
