@@ -84,6 +84,7 @@ from pipeline.steps.lid import LanguageIdentifier, script_block
 from pipeline.steps import minhash
 from pipeline.steps.normalize import paragraph_hashes
 from pipeline.steps.perplexity import PerplexityScorer, document_perplexity
+from pipeline.util.errors import UserError
 
 
 def loop_seconds() -> float:
@@ -254,10 +255,13 @@ def main() -> None:
     if args.stage:
         if not (Path(args.work) / "floor-data" / "kept.marshal").is_file():
             parser.error(f"--stage: no floor data in {args.work}/floor-data (a bench_floor.py run makes it)")
-        cfg = bench_config(args.inputs, str(Path(args.work) / "unused"), 1, args.chain, args.extra)
         part, _, parts = args.part.partition("/")
         if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
             parser.error(f"--part takes K/N with 0 <= K < N, got {args.part!r}")
+        try:
+            cfg = bench_config(args.inputs, str(Path(args.work) / "unused"), 1, args.chain, args.extra)
+        except UserError as exc:
+            parser.error(f"--stage: {exc}")
         print(f"{floor_stage(args.stage, args.inputs, Path(args.work), cfg, int(part), int(parts)):.4f}")
         return
     if args.repeat < 1 or args.target_mb <= 0:
