@@ -10,7 +10,7 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-Six overrides (the last of five methods), installed by :func:`install`:
+Six overrides (the last of six methods), installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
@@ -42,8 +42,8 @@ Six overrides (the last of five methods), installed by :func:`install`:
   raises in the thread that waited for the process: where its runner waited for that worker's
   answers or data, it waited for ever. The threads that read the worker's control and data
   streams (``ControlConnection._read``, ``_GrpcDataChannel.set_inputs``) end quietly where the
-  stream broke with the worker, and closing its data channel no longer raises the loss again:
-  Beam printed each of those as an error with a traceback above the one line.
+  stream broke with the worker, and closing its data channel (``_GrpcDataChannel.close``) no longer
+  raises the loss again: Beam printed each of those as an error with a traceback above the one line.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
@@ -217,21 +217,14 @@ def _lose(handler: worker_handlers.GrpcWorkerHandler, error: WorkerLost) -> None
         return future
 
     connection.push = push
-    data = handler.data_conn
-    data._exception = error
-    beam_close = data.close
-
-    def close() -> None:  # Beam's raises the channel's error: the run says it once, not as an error closing it
-        data._exception = None
-        beam_close()
-
-    data.close = close
+    handler.data_conn._exception = error
     for future in list(connection._futures_by_id.values()):
         future.abort(error)
 
 
 _BEAM_CONTROL_READ = worker_handlers.ControlConnection._read
 _BEAM_SET_INPUTS = data_plane._GrpcDataChannel.set_inputs
+_BEAM_DATA_CLOSE = data_plane._GrpcDataChannel.close
 LOSS_SEEN_S = 5.0
 """How long a worker's broken stream waits for a worker process's end to be seen (:data:`_lost`)."""
 
@@ -264,6 +257,17 @@ def _until_lost(elements: Iterable[Any]) -> Iterator[Any]:
     except grpc.RpcError:
         if not _loss_seen():
             raise
+
+
+def _close_after_loss(self: data_plane._GrpcDataChannel) -> None:
+    """``_GrpcDataChannel.close``, which raises the channel's error: where that is a lost worker's
+    (:func:`_lose`), the run says it once, not again as an error closing the channel. A method of
+    the class, not of one channel set where the loss is seen: the runner may be closing that
+    channel already, as it closes every worker after the first was lost."""
+    try:
+        _BEAM_DATA_CLOSE(self)
+    except WorkerLost:
+        self._closed = True
 
 
 def _set_inputs_until_lost(self: data_plane._GrpcDataChannel, elements_iterator: Iterable[Any]) -> None:
@@ -376,6 +380,7 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     local_job_service.SubprocessSdkWorker.run = _run_worker_watched
     worker_handlers.ControlConnection._read = _read_until_lost
     data_plane._GrpcDataChannel.set_inputs = _set_inputs_until_lost
+    data_plane._GrpcDataChannel.close = _close_after_loss
     fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
