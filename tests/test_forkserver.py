@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import traceback
 from types import ModuleType, SimpleNamespace
 from unittest import mock
 
@@ -101,6 +103,23 @@ def test_worker_mmap_threshold_reaches_the_workers_environment(monkeypatch):
     assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)  # what worker processes started now inherit
     with pytest.raises(UserError, match="--worker_mmap_threshold_mb=-1"):
         make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=-1"]))
+    make_runner(pipeline_options("DirectRunner", []))
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # a later run without the flag: glibc's own again
+
+
+def test_a_run_without_the_threshold_flag_puts_back_what_the_environment_had(monkeypatch):
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")  # the user's own
+    make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=4"]))
+    make_runner(pipeline_options("DirectRunner", ["--worker_mmap_threshold_mb=8"]))
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(8 << 20)
+    make_runner(pipeline_options("DirectRunner", []))
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "131072"
+
+
+def test_a_later_install_without_step_modules_keeps_those_for_the_fork_server():
+    forkserver.install(pipeline_options("DirectRunner", []), ["fasttext"])  # as run_corpus does, then make_runner
+    make_runner(pipeline_options("DirectRunner", []))
+    assert "fasttext" in forkserver.preloaded()
 
 
 class Bundles(beam.DoFn):
@@ -277,16 +296,64 @@ class KillOwnProcess(beam.DoFn):
         return [element]
 
 
+def serving_control_streams() -> int:
+    """Threads of this process in the runner's side of a worker's control stream."""
+    return sum(any(frame.name == "Control" and "worker_handlers" in frame.filename
+                   for frame in traceback.extract_stack(top)) for top in sys._current_frames().values())
+
+
 @pytest.mark.timeout(300)
 def test_a_worker_killed_mid_run_fails_the_run_with_one_line_rather_than_a_hang(capfd, caplog):
     """Beam's runner waited for a killed worker's answers for ever (its thread that waited for the
     process raised, and nothing read that). Nor do Beam's threads that read the worker's streams,
-    nor its closing of the worker, add their errors and tracebacks to the one line."""
+    nor its closing of the worker, add their errors and tracebacks to the one line. The lost
+    worker's control stream is ended all the same: no thread is left serving it."""
+    serving = serving_control_streams()
     with pytest.raises(forkserver.WorkerLost, match=r"ended before the run was done: killed by SIGKILL \(.*memory"):
         with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
             _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.ParDo(KillOwnProcess(os.getpid()))
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
     assert "Traceback" not in capfd.readouterr().err
+    deadline = time.monotonic() + 10
+    while serving_control_streams() > serving and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert serving_control_streams() <= serving
+
+
+class ExitInTeardown(beam.DoFn):
+    """Ends the SDK worker it runs in with exit code 3 as the worker shuts down (never the test's process)."""
+
+    def __init__(self, test_pid: int) -> None:
+        self.test_pid = test_pid
+
+    def process(self, element: int) -> list[int]:
+        return [element]
+
+    def teardown(self) -> None:
+        if os.getpid() != self.test_pid:
+            os._exit(3)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_that_fails_once_the_work_is_done_is_a_warning(caplog):
+    with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
+        _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.ParDo(ExitInTeardown(os.getpid()))
+    said = [record.getMessage() for record in caplog.records if record.name == "pipeline.runners.forkserver"]
+    assert said and all(message.endswith("ended with an error as the run ended: exit code 3") for message in said)
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.timeout(300)
+def test_a_forked_worker_may_start_processes_of_its_own():
+    """Beam's ``use_subprocess`` runs a transform in a process pool of the worker's; a daemonic
+    process may not start one (multiprocessing's rule), as a worker Beam starts itself is not."""
+    with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
+        good, _ = (p | beam.Create([1, 2, 3]) | beam.Reshuffle()
+                   | beam.Map(square).with_exception_handling(use_subprocess=True))
+        assert_that(good, equal_to([1, 4, 9]))
 
 
 @pytest.mark.timeout(300)

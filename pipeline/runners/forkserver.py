@@ -44,6 +44,8 @@ Six overrides (the last of six methods), installed by :func:`install`:
   streams (``ControlConnection._read``, ``_GrpcDataChannel.set_inputs``) end quietly where the
   stream broke with the worker, and closing its data channel (``_GrpcDataChannel.close``) no longer
   raises the loss again: Beam printed each of those as an error with a traceback above the one line.
+  A worker that ends with an error after every stage is done (in a DoFn's teardown, say) is a
+  warning: the outputs are whole.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
@@ -58,6 +60,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
+import multiprocessing
 import os
 import re
 import signal
@@ -80,6 +84,7 @@ from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 from ..util.errors import UserError
 from .prefork import FORKSERVER, WORKER_MODULES, raise_gc_threshold, start_fork_server
 
+LOG = logging.getLogger(__name__)
 PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one element) per message
 
 _BEAM_PARTITION: Callable[[Any, int], list[list[bytes]]] = execution.GroupingBuffer.partition
@@ -206,11 +211,14 @@ def _ending(code: int | None) -> str:
 def _lose(handler: worker_handlers.GrpcWorkerHandler, error: WorkerLost) -> None:
     """Make every wait of the runner on ``handler``'s worker end with ``error``: the instructions sent to
     it (their futures), those sent from now on, and its data (the data channel checks for an error
-    every second while it waits)."""
+    every second while it waits). The end of the control stream still goes out when the worker is
+    closed: without it, the runner's gRPC thread serving that stream waited for ever, and held the
+    failed run's state (its side inputs among it) for as long as the process lived."""
     connection = handler.control_conn
 
     def push(request: Any) -> Any:
         if request is worker_handlers.BeamFnControlServicer._DONE_MARKER:
+            connection._push_queue.put(request)  # ends the runner's side of the stream (its gRPC thread)
             return None
         future = worker_handlers.ControlFuture(request.instruction_id)
         future.abort(error)
@@ -282,20 +290,24 @@ def _run_stages_or_say_lost(self: fn_runner.FnApiRunner, *args: Any, **kwargs: A
     """``FnApiRunner.run_stages``; where it fails after an SDK worker was lost, the failure is
     :class:`WorkerLost` (Beam's own, where it saw the loss first, is its data channel's "Channel
     closed prematurely" and a traceback). Its end waited for every worker's process: a loss is
-    noted by then."""
+    noted by then. A worker that ended with an error once every stage was done is a warning: the
+    run's outputs are whole."""
     _lost.clear()
     try:
-        return _BEAM_RUN_STAGES(self, *args, **kwargs)
+        result = _BEAM_RUN_STAGES(self, *args, **kwargs)
     except Exception:
         if _lost:
             raise _lost[0] from None
         raise
+    for lost in _lost:  # after every stage was done: as it shut down (a DoFn's teardown, say)
+        LOG.warning("%s", str(lost).replace("before the run was done", "with an error as the run ended"))
+    return result
 
 
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server
-_step_modules: list[str] = []  # set by install(): the steps' worker_modules, for a fork server started later
+_step_modules: list[str] = []  # every install()'s steps' worker_modules, for a fork server started later
 
 
 def _run_worker(env: dict[str, str]) -> None:
@@ -303,10 +315,11 @@ def _run_worker(env: dict[str, str]) -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     gc.freeze()  # what the fork server imported stays out of this worker's collections (and its pages shared)
+    multiprocessing.current_process().daemon = False  # it may start processes (Beam's use_subprocess), as one Beam starts may
     raise_gc_threshold()  # the steps' documents: collections rarer
     os.environ.clear()
     os.environ.update(env)
-    threshold = env.get("MALLOC_MMAP_THRESHOLD_")
+    threshold = env.get(MMAP_THRESHOLD_ENV)
     if threshold is not None:  # glibc read its environment when the fork server started, maybe without it
         getattr(ctypes.CDLL(None), "mallopt", lambda *_: 0)(M_MMAP_THRESHOLD, int(threshold))
     sdk_worker_main.main(sys.argv)
@@ -318,6 +331,7 @@ class ForkedWorker:
     interpreter that imports them again (about 1.5 s of CPU per worker and run)."""
 
     def __init__(self, env: dict[str, str]) -> None:
+        # daemon here (the driver ends what is left of it when it exits), not in the worker (_run_worker)
         self.process = FORKSERVER.Process(target=_run_worker, args=(env,), name="sdk_worker", daemon=True)
         self.process.start()
 
@@ -357,21 +371,41 @@ class WorkerMemoryOptions(PipelineOptions):
                                  "Default: glibc's adaptive threshold")
 
 
+MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"
+_threshold_set: tuple[str | None, str] | None = None
+"""(the variable before, the value put) where :func:`_set_worker_mmap_threshold` put one."""
+
+
+def _set_worker_mmap_threshold(threshold_mb: int | None) -> None:
+    """``MALLOC_MMAP_THRESHOLD_`` for the worker processes started from now on: ``threshold_mb``, or
+    with None, as it was before an earlier run of this process set it (unless changed since)."""
+    global _threshold_set
+    if threshold_mb is not None:
+        if threshold_mb < 0:
+            raise UserError(f"--worker_mmap_threshold_mb={threshold_mb}: expected 0 or more MB")
+        before = _threshold_set[0] if _threshold_set else os.environ.get(MMAP_THRESHOLD_ENV)
+        _threshold_set = (before, str(threshold_mb << 20))
+        os.environ[MMAP_THRESHOLD_ENV] = _threshold_set[1]
+    elif _threshold_set is not None:
+        (before, put), _threshold_set = _threshold_set, None
+        if os.environ.get(MMAP_THRESHOLD_ENV) == put:
+            if before is None:
+                del os.environ[MMAP_THRESHOLD_ENV]
+            else:
+                os.environ[MMAP_THRESHOLD_ENV] = before
+
+
 def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     """Put the overrides in place (idempotent); every FnApiRunner of this process uses them. With
     ``--worker_mmap_threshold_mb``, the worker processes started from now on get that threshold
-    (the driver, already running, keeps its own). The fork server imports ``modules`` (the steps'
+    (the driver, already running, keeps its own); without it, what the environment had before. The fork server imports ``modules`` (the steps'
     ``worker_modules``) besides Beam's worker and the graph: the first call starts it, unless
     ``pipeline run`` did (``prefork.start_for_run``).
 
     Workers are forked only where multiprocessing can prepare them without running the driver's
     script again (``prefork.main_is_guarded``); otherwise each starts as Beam starts it. The fork
     server lives as long as the driver process, so later runs of that process fork at once."""
-    threshold = options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb
-    if threshold is not None:
-        if threshold < 0:
-            raise UserError(f"--worker_mmap_threshold_mb={threshold}: expected 0 or more MB")
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(threshold << 20)
+    _set_worker_mmap_threshold(options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb)
     execution.GroupingBuffer.partition = _partition_in_pieces
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     fn_runner.BundleManager.process_bundle = _process_bundle_unless_empty
@@ -384,7 +418,7 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
-    _step_modules = list(modules)
+    _step_modules = list(dict.fromkeys([*_step_modules, *modules]))  # a later call without them keeps them
     multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
     _fork_workers = multi_processing and start_fork_server(preloaded())  # it imports meanwhile
 
