@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterator
 
 import apache_beam as beam
@@ -33,7 +34,7 @@ from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
                               pipeline_options)
 from .steps.base import Step
-from .util import faults
+from .util import faults, locks
 from .util.errors import UserError
 
 LOG = logging.getLogger(__name__)
@@ -43,9 +44,9 @@ def previous_outputs(output: str) -> list[str]:
     """Files a run wrote to ``output`` (shards, rejected and removed records, stats, report); the same
     below a staging folder."""
     found = [fs.join(output, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(output, name))]
-    found += [p for fmt in ("arrow", "json") for p in fs.match_optional(layout.shard_pattern(output, fmt))]
+    found += [p for fmt in ("arrow", "json") for p in layout.shard_files(output, fmt)]
     found += layout.record_files(output)
-    found += fs.match_optional(fs.join(output, REPORT, "*"))
+    found += fs.match_optional(output, REPORT, "*")
     return found
 
 
@@ -68,11 +69,40 @@ def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
     fs.remove_empty_folders(final, [*layout.PARTITION_FOLDERS, *layout.RECORD_FOLDERS, REPORT])
 
 
+def staging_folders(final: str) -> list[str]:
+    """The staging folders in ``final`` that hold a file, at any depth (a run killed before it wrote
+    one at the top left only its shards)."""
+    return sorted({fs.join(final, fs.relative(p, final.rstrip("/")).split("/", 1)[0])
+                   for p in fs.match_optional(final, f"{STAGING}*", "**")})
+
+
+def running(folder: str) -> bool:
+    """Whether a run still writes staging folder ``folder``, as far as can be told: a local one
+    whose lock a live process holds (:func:`hold_staging`), or one that holds no file at its top and
+    no lock file: a run writes its run state (DaskRunner) or its statistics there, and holds the
+    lock of a local one, from this version on; one killed before any of that cannot be told apart."""
+    if fs.is_local(folder) and locks.has_lock_file(folder):
+        return not locks.abandoned(folder)
+    return not fs.match_optional(folder, "*")
+
+
+def hold_staging(staging: str) -> locks.FolderLock | None:
+    """This process's hold (``util.locks``) on local staging folder ``staging`` while the run lives,
+    so that no other run takes it for one left behind; a killed run's lock file, in a folder
+    ``--resume`` continues, is replaced. None for a store path: a bucket has no locks."""
+    if not fs.is_local(staging):
+        return None
+    Path(staging).mkdir(parents=True, exist_ok=True)
+    if locks.abandoned(staging):
+        os.unlink(os.path.join(staging, locks.LOCK_FILE))
+    return locks.FolderLock(staging)
+
+
 def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
     """The staging folders in ``final`` of runs that did not finish (no commit marker), each with
     its run state (empty for a run of a version that wrote none)."""
     found = []
-    for folder in sorted({p.rstrip("/").rsplit("/", 1)[0] for p in fs.match_optional(fs.join(final, f"{STAGING}*", "*"))}):
+    for folder in staging_folders(final):
         if not fs.exists(fs.join(folder, COMMIT)):
             state = fs.join(folder, RUN_STATE)
             found.append((folder, ledger.read_json(state) if fs.exists(state) else {}))
@@ -85,7 +115,7 @@ def recover(final: str, keep: str | None = None) -> list[str]:
     failed before: deleted with its task folder, unless it is ``keep``, the run being resumed; the
     corpus there is the previous one). Returns the folders handled."""
     handled = []
-    for folder in sorted({p.rstrip("/").rsplit("/", 1)[0] for p in fs.match_optional(fs.join(final, f"{STAGING}*", "*"))}):
+    for folder in staging_folders(final):
         marker = fs.join(folder, COMMIT)
         if fs.exists(marker):
             with fs.open_read(marker) as stream:
@@ -94,6 +124,9 @@ def recover(final: str, keep: str | None = None) -> list[str]:
             handled.append(folder)
     for folder, state in unfinished(final):
         if folder == keep:
+            continue
+        if running(folder):
+            LOG.warning("%s: left %s alone: a run may still be writing it (remove it yourself if none is)", final, folder)
             continue
         if state.get("task_folder"):
             fs.remove_folder(state["task_folder"])
@@ -128,6 +161,8 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
         return None
     folder, state = runs[-1]
+    if running(folder):
+        raise UserError(f"--resume: the run in {folder} is still going (its process holds the folder)")
     if state["fingerprint"] != digest:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
                         "run without --resume to start afresh (which removes it)")
@@ -239,11 +274,22 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     elapsed time, Beam version, the DaskRunner's tasks run and reused). On the DaskRunner each run
     keeps a task ledger (``runners.ledger``); ``resume`` continues the unfinished run in the
     output, if any, running only its tasks that had not finished."""
+    with contextlib.ExitStack() as held_until_done:
+        return _run_corpus(cfg, overwrite, resume, held_until_done)
+
+
+def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_done: contextlib.ExitStack) -> dict[str, Any]:
+    """:func:`run_corpus`, whose end releases what ``held_until_done`` holds (the staging folder)."""
     options = pipeline_options(cfg.runner, cfg.beam_options)
     fs.configure(options)
     fs.check_folder(cfg.output, "output")  # not found out by the shards' writers at the end of the run
+    fs.check_writable(cfg.output, "output")
     check_stores(cfg, options)
     files = fs.match_inputs(cfg.input)
+    inside = [path for path in files if fs.below(path, cfg.output)]
+    if inside:
+        raise UserError(f"input {inside[0]} lies in the output folder {cfg.output} ({len(inside)} input files do): a "
+                        "run would read its own corpus; give an input that leaves the output folder out")
     check_engine(options)
     steps = build_steps(cfg, len(files))
     forkserver.install(options, cfg.worker_modules())  # imports meanwhile (when `pipeline run` has not started it)
@@ -260,9 +306,13 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     final, dask = cfg.output, cfg.runner in DASK_NAMES
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
         staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
+        lock = hold_staging(staging)
+        if lock is not None:
+            held_until_done.callback(lock.release)
         cfg = dataclasses.replace(cfg, output=staging)
-        if dask:
-            state = {"fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
+        if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
+            state = ledger.read_json(fs.join(staging, RUN_STATE)) if continued else {
+                "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
             ledger.write_json(fs.join(staging, RUN_STATE), state)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
             flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
@@ -271,15 +321,15 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     stores.take_retries()  # S3 retries counted in this process so far belong to no run of ours, or an earlier one
     start = time.perf_counter()
     with beam_temp(cfg.runner, options):
-        try:
-            pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-        except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
-            ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
-            raise UserError(f"{exc}{ours}") from None
         local = cfg.runner in LOCAL_NAMES and not build_only  # every worker on this machine
-        held = None
+        held = pipeline = None
         collector = prefork.raise_gc_threshold()  # for the workers that run in this process (DirectRunner in_memory)
         try:
+            try:  # in here: options Beam rejects leave no staging or task folder behind either
+                pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+            except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
+                ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
+                raise UserError(f"{exc}{ours}") from None
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
             if scratch and spill.memory_backed(scratch):
@@ -307,11 +357,11 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
             raise
         finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
             gc.set_threshold(*collector)
-            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+            if pipeline is not None:
+                shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
             if held:
                 held.remove()
-    folders = [cfg.output, fs.join(cfg.output, layout.PARTITION_FOLDERS[0]), *layout.record_folders(cfg.output)]
-    for path in fs.remove_temporaries(folders):
+    for path in fs.remove_temporaries(cfg.output, [layout.PARTITION_FOLDERS[0], *layout.RECORD_FOLDERS]):
         LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
@@ -319,6 +369,8 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)
+    if dask:  # only now: killed before the commit, the run's finished tasks let --resume end it without redoing them
+        fs.remove_folder(state["task_folder"])
     with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}
 
@@ -335,12 +387,16 @@ def status(path: str) -> list[str]:
                      + (f", {tasks['run']} tasks run, {tasks['reused']} reused" if tasks else "") + ")")
     folders = [(f"{folder} (unfinished run)", state["task_folder"]) for folder, state in unfinished(path)
                if state.get("task_folder")]
-    lines += [f"{folder}: an unfinished run of a runner without a task ledger; a new run removes it"
+    lines += [f"{folder}: an unfinished run of a runner without a task ledger; "
+              + ("a run may still be writing it" if running(folder) else "a new run removes it")
               for folder, state in unfinished(path) if not state.get("task_folder")]
+    lines += [f"{folder}: the replacement of the corpus by this finished run was cut short; the next "
+              f"`pipeline run` on {path} finishes it first" for folder in staging_folders(path)
+              if fs.exists(fs.join(folder, COMMIT))]
     if fs.exists(fs.join(path, ledger.PLAN)):
         folders.append((path, path))
     folders += [(p.rsplit("/", 2)[0], p.rsplit("/", 1)[0])
-                for p in fs.match_optional(fs.join(path, f"{TASK_FOLDER}*", ledger.PLAN))]
+                for p in fs.match_optional(path, f"{TASK_FOLDER}*", ledger.PLAN)]
     if not lines and not folders:
         raise UserError(f"{path}: no run found (neither a corpus, a run's staging folder, a task folder nor "
                         f"{TASK_FOLDER}* folders of a --temp_location)")

@@ -298,6 +298,8 @@ def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably(tmp_path):
     shards = [("en", "head", i) for i in range(64)]  # other keys: a hash of the pickled key, fixed across processes
     assert stable_partition(("en", "head", 3), 4) == 0
     assert sorted({stable_partition(key, 4) for key in shards}) == [0, 1, 2, 3]
+    word, same = "w" * 3, "".join(["w"] * 3)  # equal strings, two objects: pickle's memo wrote (word, word) apart
+    assert all(stable_partition((word, word), n) == stable_partition((word, same), n) for n in range(2, 64))
 
 
 def test_dask_shuffle_reads_only_its_own_piece_of_each_file(tmp_path):

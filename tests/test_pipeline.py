@@ -530,7 +530,7 @@ def test_a_run_killed_while_replacing_the_corpus_leaves_a_whole_one(sample, tmp_
     import subprocess
     import sys
 
-    from pipeline.run import recover
+    from pipeline.run import recover, status
 
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     common = ["--input", wet, "--set", "write.shard_size_mb=0.1", "--set", "beam_options=[]"]
@@ -547,6 +547,8 @@ def test_a_run_killed_while_replacing_the_corpus_leaves_a_whole_one(sample, tmp_
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     [staging] = (tmp_path / "out").glob("_staging-*")
+    said = status(str(tmp_path / "out"))
+    assert any("was cut short" in line for line in said) == (survivor == "new")  # the moves had begun
     on_disk = {k: v for k, v in all_digests(tmp_path / "out").items() if not k.startswith("_staging-")}
     assert (on_disk == old) if survivor == "old" else (on_disk not in (old, new))  # replace@3: a mix, for now
     assert recover(str(tmp_path / "out")) == [str(staging)]

@@ -42,7 +42,7 @@ def job(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
 
 
 def run_cli(config: list[str], out: Path, temp: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "POLYGLOT_FAULT": f"task:{fault}"} if fault else {
+    env = {**os.environ, "POLYGLOT_FAULT": fault} if fault else {
         k: v for k, v in os.environ.items() if k != "POLYGLOT_FAULT"}
     return subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--no-progress", *config, "--output", str(out),
                              "--temp_location", str(temp), *extra], env=env, start_new_session=True,
@@ -57,7 +57,7 @@ def _group(process: psutil.Process) -> int | None:
 
 
 def kill_at(config: list[str], out: Path, temp: Path, fault: str, *extra: str) -> int:
-    """Runs until a worker reaches ``fault``, then SIGKILLs the driver and every process of its
+    """Runs until a worker reaches ``fault`` (``task:<stage>@<task>``, or the driver's ``commit@0``), then SIGKILLs the driver and every process of its
     session (its LocalCluster's scheduler, nannies and workers). Returns the finished tasks' markers."""
     proc = run_cli(config, out, temp, *extra, fault=fault)
     deadline = time.monotonic() + 300
@@ -81,8 +81,10 @@ def kill_at(config: list[str], out: Path, temp: Path, fault: str, *extra: str) -
     return len(list((folder / "tasks").glob("*.json")))
 
 
-def resume_to_end(job: dict, out: Path, temp: Path, reused: int) -> None:
-    proc = run_cli(job["config"], out, temp, "--resume")
+def resume_to_end(job: dict, out: Path, temp: Path, reused: int, via: Path | None = None) -> None:
+    """``--resume`` to the end (with ``--temp_location`` ``via`` where given: the run's task folder is
+    still the one in ``temp``), the undisturbed run's bytes, every finished task reused."""
+    proc = run_cli(job["config"], out, via or temp, "--resume")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert output_digests(out) == job["reference"]
@@ -90,35 +92,57 @@ def resume_to_end(job: dict, out: Path, temp: Path, reused: int) -> None:
     assert tasks["reused"] == reused > 0
     assert tasks["run"] + tasks["reused"] == tasks["total"]  # a reused task run again would count twice
     assert not list(temp.glob("polyglot-run-*")) and not list(out.glob(f"{STAGING}*"))
+    assert via is None or not via.exists() or not list(via.glob("polyglot-run-*"))
 
 
 def test_killed_driver_resumes_three_times_with_the_same_bytes(job, tmp_path):
     """Killed after the first read, during a near-dup round and during the write, each time resumed:
     each resume reuses every task finished before it, and the end is the undisturbed run's bytes."""
     out, temp = tmp_path / "out", tmp_path / "tmp"
-    first = kill_at(job["config"], out, temp, f"{READ_AGAIN}@1")
+    first = kill_at(job["config"], out, temp, f"task:{READ_AGAIN}@1")
     [staging] = out.glob(f"{STAGING}*")
     state = json.loads((staging / RUN_STATE).read_text())
     assert Path(state["task_folder"]).parent == temp
-    second = kill_at(job["config"], out, temp, f"{NEAR_DUP_ROUND}@0", "--resume")
+    second = kill_at(job["config"], out, temp, f"task:{NEAR_DUP_ROUND}@0", "--resume")
     assert second > first
-    third = kill_at(job["config"], out, temp, f"{WRITE}@2", "--resume")
+    third = kill_at(job["config"], out, temp, f"task:{WRITE}@2", "--resume")
     assert third > second
-    resume_to_end(job, out, temp, third)
+    resume_to_end(job, out, temp, third, via=tmp_path / "elsewhere")  # another TMPDIR after a reboot, say
+
+
+def test_a_driver_killed_after_the_run_but_before_the_commit_resumes_without_running_a_task(job, tmp_path):
+    """The task folder outlives the run until the corpus is in place: resumed, nothing runs again."""
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    done = kill_at(job["config"], out, temp, "commit@0")
+    proc = run_cli(job["config"], out, temp, "--resume")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert output_digests(out) == job["reference"]
+    tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
+    assert tasks["reused"] == tasks["total"] == done and tasks["run"] == 0
+    assert not list(temp.glob("polyglot-run-*"))
+
+
+def test_options_beam_refuses_leave_no_staging_or_task_folder(job, tmp_path, capsys):
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    assert main(["run", "--no-progress", *job["config"], "--output", str(out), "--temp_location", str(temp),
+                 "--type_check_additional=nonsense"]) == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert not list(out.glob(f"{STAGING}*")) and not list(temp.glob("polyglot-run-*"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", [f"{READ_AGAIN}@0", f"{MID_SHUFFLE}@1", f"{NEAR_DUP_ROUND}@1", f"{WRITE}@0"])
 def test_killed_driver_resumes_from_each_point(job, tmp_path, point):
     out, temp = tmp_path / "out", tmp_path / "tmp"
-    resume_to_end(job, out, temp, kill_at(job["config"], out, temp, point))
+    resume_to_end(job, out, temp, kill_at(job["config"], out, temp, f"task:{point}"))
 
 
 def test_status_and_resume_mistakes(job, tmp_path, capsys):
     """`pipeline status` on an unfinished run, the output and the temp folder; --resume with another
     config, or on the DirectRunner, is one line; a run without --resume removes the unfinished one."""
     out, temp = tmp_path / "out", tmp_path / "tmp"
-    done = kill_at(job["config"], out, temp, f"{READ_AGAIN}@0")
+    done = kill_at(job["config"], out, temp, f"task:{READ_AGAIN}@0")
     capsys.readouterr()
     for path in (out, temp, next(temp.glob("polyglot-run-*"))):
         assert main(["status", str(path)]) == 0

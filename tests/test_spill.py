@@ -19,6 +19,7 @@ from pipeline.readers import spill
 from pipeline.readers.files import read_file
 from pipeline.config import ReadConfig
 from pipeline.steps.base import Drop, Note, Rejected
+from pipeline.util import locks
 from pipeline.transforms import write
 
 RESULTS = [{"id": "<urn:1>", "text": "a\nb", "title": None, "nlines": 2}, Drop("skipped_warcinfo"),
@@ -218,10 +219,10 @@ def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, 
         left = {name: tmp_path / f"{spill.SCRATCH_PREFIX}{name}" for name in ("bare", "making", "far", "link", "fifo")}
         for folder in left.values():
             folder.mkdir()
-        (left["making"] / spill.LOCK_FILE).touch()
-        (left["far"] / spill.LOCK_FILE).write_text("another-host 12\n")
-        (left["link"] / spill.LOCK_FILE).symlink_to(killed / spill.LOCK_FILE)
-        os.mkfifo(left["fifo"] / spill.LOCK_FILE)
+        (left["making"] / locks.LOCK_FILE).touch()
+        (left["far"] / locks.LOCK_FILE).write_text("another-host 12\n")
+        (left["link"] / locks.LOCK_FILE).symlink_to(killed / locks.LOCK_FILE)
+        os.mkfifo(left["fifo"] / locks.LOCK_FILE)
         (tmp_path / f"{spill.SCRATCH_PREFIX}to-killed").symlink_to(killed)
         with caplog.at_level("INFO", logger=spill.__name__):
             mine = spill.Scratch(str(tmp_path))

@@ -6,7 +6,9 @@ import glob
 import hashlib
 import os
 import shutil
+import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
 
@@ -56,18 +58,30 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
         paths = {m.path: m.size_in_bytes for m in result.metadata_list}
         if is_local(pattern):  # Beam leaves out what it cannot stat (a dangling symlink): read_file rejects it
             paths.update((p, -1) for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p) and not os.path.exists(p))
+        if not paths and glob.escape(pattern) != pattern and exists(pattern):  # a file whose name looks like a glob
+            paths = {pattern: size(pattern)}
         if not paths:
             raise UserError(f"input {pattern!r} matches no file")
         found.update(paths)
     return dict(sorted(found.items()))
 
 
-def match_optional(pattern: str) -> list[str]:
-    """Sorted paths matching ``pattern``; none is fine."""
+def match_optional(base: str, *pattern: str) -> list[str]:
+    """Sorted paths below folder ``base`` that match the glob ``pattern`` parts joined below it; none
+    is fine. ``base`` is a path, not a glob: a ``[``, ``*`` or ``?`` in it stands for itself (an
+    output folder ``out[1]`` would otherwise match ``out1``, and nothing of its own)."""
     try:
-        return sorted(m.path for m in beam_filesystems().match([pattern])[0].metadata_list)
+        return sorted(m.path for m in _match(join(glob.escape(base), *pattern)))
     except Exception:  # BeamIOError: some filesystems raise when nothing matches
         return []
+
+
+def _match(pattern: str) -> list[Any]:
+    """Beam's metadata of the paths matching ``pattern``, where ``glob.escape`` (fnmatch's escapes,
+    ``[[]``, which Beam's ``translate_pattern`` reads too) made parts of it stand for themselves."""
+    with warnings.catch_warnings():  # re's FutureWarning at the "[[]" of an escaped "[": meant
+        warnings.simplefilter("ignore", FutureWarning)
+        return beam_filesystems().match([pattern])[0].metadata_list
 
 
 def open_read(path: str) -> BinaryIO:
@@ -90,15 +104,27 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         write(stream)
-    if beam_filesystems().exists(path):
-        beam_filesystems().delete([path])
-    beam_filesystems().rename([tmp], [path])
+    _move(tmp, path)
 
 
-def remove_temporaries(patterns: Iterable[str]) -> list[str]:
-    """Delete what :func:`write_atomic` left in the folders ``patterns`` match when its writer
-    died before the rename (a killed worker whose work was then redone elsewhere)."""
-    leftovers = [p for folder in patterns for p in match_optional(join(folder, "*.tmp-*"))]
+def _move(source: str, dest: str) -> None:
+    """Rename file ``source`` to ``dest``, replacing a file there: at once locally (``os.replace``: a
+    reader finds the old file or the new one, never none); on a bucket, where a rename is a copy,
+    the old object is deleted first."""
+    if is_local(dest):
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, dest)
+        return
+    delete([dest])
+    beam_filesystems().rename([source], [dest])
+
+
+def remove_temporaries(base: str, patterns: Iterable[str]) -> list[str]:
+    """Delete what :func:`write_atomic` left in folder ``base`` and the folders below it that the
+    globs ``patterns`` match when its writer died before the rename (a killed worker whose work was
+    then redone elsewhere)."""
+    leftovers = [p for parts in ([], *(folder.split("/") for folder in patterns))
+                 for p in match_optional(base, *parts, "*.tmp-*")]
     delete(leftovers)
     return leftovers
 
@@ -112,18 +138,15 @@ def relative(path: str, base: str) -> str:
 
 
 def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -> None:
-    """Move the ``staged`` files (below ``staging``) to the same places below ``target`` and delete
+    """Move the ``staged`` files (below ``staging``) to the same places below ``target``, then delete
     the ``old`` files of ``target`` that the new ones do not replace. Local folders and buckets
-    alike: the old files stay readable until the new ones are all written."""
+    alike: an old file stays readable until the new one in its place is written, and the old files
+    that no new one replaces until every new one is."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
-    delete(sorted(set(old) - set(moves.values())))
     for n, (source, dest) in enumerate(sorted(moves.items())):
         faults.fault_point("POLYGLOT_FAULT", "replace", n)
-        if is_local(dest):
-            Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        if beam_filesystems().exists(dest):
-            beam_filesystems().delete([dest])
-        beam_filesystems().rename([source], [dest])
+        _move(source, dest)
+    delete(sorted(set(old) - set(moves.values())))
     remove_folder(staging)
 
 
@@ -153,6 +176,28 @@ def check_folder(path: str, what: str, own: Iterable[str] | None = None) -> None
             more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
             raise UserError(f"{what} {path}: the folder holds {foreign[0]!r}{more}, not written by this command; "
                             f"give a new or empty folder, or the one it wrote before")
+
+
+def check_writable(path: str, what: str) -> None:
+    """That local folder ``path`` can be made and written, before any work (a store path is probed
+    by ``stores.check``): a folder is made and removed in the deepest of it and its parents that
+    exists. Otherwise the run's writers found out only at its end, each with a traceback."""
+    if not is_local(path):
+        return
+    existing = next(p for p in (Path(path).absolute(), *Path(path).absolute().parents) if p.exists())
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".polyglot-probe-", dir=existing))
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot write in {existing}: {exc.strerror}") from None
+
+
+def below(path: str, folder: str) -> bool:
+    """Whether ``path`` lies in ``folder`` or a folder below it (local paths with their links resolved)."""
+    if is_local(path) != is_local(folder):
+        return False
+    if is_local(path):
+        path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 def _file_at_or_above(folder: Path) -> Path | None:
@@ -185,7 +230,7 @@ def remove_folder(folder: str) -> None:
     if is_local(folder):
         shutil.rmtree(folder, ignore_errors=True)
     else:
-        delete(match_optional(join(folder, "**")))
+        delete(match_optional(folder, "**"))
 
 
 def remove_empty_folders(root: str, patterns: Iterable[str]) -> None:
@@ -199,13 +244,23 @@ def remove_empty_folders(root: str, patterns: Iterable[str]) -> None:
 
 
 def delete(paths: Iterable[str]) -> None:
-    existing = [p for p in paths if beam_filesystems().exists(p)]
+    """Delete the files (and local folders, whole) at ``paths`` that exist. A path is a path: Beam's
+    local delete reads each as a glob, which a ``[`` in a folder's name made match nothing."""
+    in_stores = []
+    for path in paths:
+        if not is_local(path):
+            in_stores.append(path)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    existing = [p for p in in_stores if beam_filesystems().exists(p)]
     if existing:
         beam_filesystems().delete(existing)
 
 
 def size(path: str) -> int:
-    return beam_filesystems().match([path])[0].metadata_list[0].size_in_bytes
+    return _match(glob.escape(path))[0].size_in_bytes
 
 
 def local_copy(path: str, cache_dir: Path) -> Path:

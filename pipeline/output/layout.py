@@ -46,14 +46,20 @@ def shard_path(output: str, lang: str, bucket: str, shard: int, fmt: str) -> str
     return fs.join(partition_dir(output, lang, bucket), f"part-{shard:05d}{FORMATS[fmt]}")
 
 
+def shard_glob(fmt: str) -> tuple[str, ...]:
+    """The glob of the shards a run wrote in format ``fmt``, below the corpus folder, as path parts."""
+    return ("*_*_*.json.gz",) if fmt == "json" else ("lang=*", "bucket=*", "part-*")
+
+
 def shard_pattern(output: str, fmt: str) -> str:
-    """The glob of the shards a run wrote in format ``fmt``."""
-    return fs.join(output, "*_*_*.json.gz") if fmt == "json" else fs.join(output, "lang=*", "bucket=*", "part-*")
+    """The glob of the shards a run wrote in format ``fmt`` (to show)."""
+    return fs.join(output, *shard_glob(fmt))
 
 
-def shard_files(output: str) -> list[str]:
-    """The Arrow or Parquet shards of a corpus folder (``lang=*/bucket=*/part-*``), sorted."""
-    return sorted(fs.match_optional(shard_pattern(output, "arrow")))
+def shard_files(output: str, fmt: str = "arrow") -> list[str]:
+    """The shards of a corpus folder in format ``fmt`` (``lang=*/bucket=*/part-*`` for Arrow and
+    Parquet), sorted."""
+    return fs.match_optional(output, *shard_glob(fmt))
 
 
 def records_path(output: str, folder: str, part: int) -> str:
@@ -68,10 +74,4 @@ def removed_folder(step: str) -> str:
 
 def record_files(output: str) -> list[str]:
     """Every record part file of a corpus folder (rejected/ and removed/<step>/)."""
-    return (fs.match_optional(fs.join(output, REJECTED, "part-*"))
-            + fs.match_optional(fs.join(output, REMOVED, "*", "part-*")))
-
-
-def record_folders(output: str) -> list[str]:
-    """The record folders of a corpus folder (globs)."""
-    return [fs.join(output, folder) for folder in RECORD_FOLDERS]
+    return fs.match_optional(output, REJECTED, "part-*") + fs.match_optional(output, REMOVED, "*", "part-*")

@@ -163,7 +163,7 @@ def write_table(table: pa.Table, path: str, fmt: str) -> None:
         pq.write_table(table, stream, compression="zstd", row_group_size=BATCH_ROWS * 16)
 
     def json_lines(stream: BinaryIO) -> None:  # as CCNet writes them: json.dumps, no null fields
-        with gzip.GzipFile(fileobj=stream, mode="wb", mtime=0) as out:
+        with gzip.GzipFile(filename="", fileobj=stream, mode="wb", mtime=0) as out:  # no (temporary) name in it
             for row in table.to_pylist():
                 out.write(json.dumps({k: v for k, v in row.items() if v is not None}, ensure_ascii=False).encode("utf-8") + b"\n")
 

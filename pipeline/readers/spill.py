@@ -32,20 +32,18 @@ documents as dicts, drops, notes and rejected records as tagged tuples), ended b
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import glob
 import logging
 import marshal
 import os
 import shutil
-import socket
-import stat
 import sys
 import tempfile
 import threading
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 from ..steps.base import CHUNK_DOCS, Drop, Note, Rejected
+from ..util import locks
 from ..util.errors import UserError
 from ..util.memory import available_bytes
 
@@ -54,8 +52,6 @@ SPARE_BYTES = 2**30
 DISK_TEMP = "/var/tmp"
 """The temporary folder on a disk (the FHS's, kept across reboots), where ``/tmp`` is memory."""
 SCRATCH_PREFIX = "polyglot-scratch-"
-LOCK_FILE = ".lock"
-"""Held (``flock``) by the run that made the scratch folder for as long as that run's process lives."""
 LOG = logging.getLogger(__name__)
 _KINDS: dict[str, type] = {"drop": Drop, "note": Note, "rejected": Rejected}
 _TAGS = {cls: tag for tag, cls in _KINDS.items()}
@@ -120,11 +116,9 @@ class Scratch:
     :meth:`remove` when the run ends, failed or not. With ``hold_bytes``, spills that this process
     writes are held in its memory instead, up to about that many bytes in all (:func:`keeping`).
     A run whose process was killed (SIGKILL, out of memory) cannot remove its own, and on a disk
-    it could hold a copy of every input file read: so the folder's lock file is held by this
-    process (``flock``, which the kernel releases when the process dies) and names this host and
-    process once held, and each new scratch folder first removes those beside it that
-    :func:`abandoned` finds. Where the file system cannot lock, the
-    folder is made without a lock file, and so is never taken for abandoned."""
+    it could hold a copy of every input file read: so this process holds the folder
+    (``util.locks.FolderLock``), and each new scratch folder first removes those beside it that
+    :func:`abandoned` finds."""
 
     def __init__(self, parent: str | None = None, hold_bytes: int = 0) -> None:
         parent = parent or scratch_parent()
@@ -136,67 +130,20 @@ class Scratch:
         except OSError as exc:
             raise UserError(f"cannot make the run's scratch folder in {parent}: {exc.strerror}; set TMPDIR to a "
                             "writable folder on a local disk") from None
-        lock = os.path.join(self.path, LOCK_FILE)
-        self._lock: int | None = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX)
-            os.write(self._lock, _owner().encode())  # empty until held: another run's scan leaves it
-            _HELD.add(self.path)
-        except OSError:  # no locks here (Lustre without flock, NFS without lockd): no lock file either
-            os.close(self._lock)
-            self._lock = None
-            os.unlink(lock)
+        self._lock = locks.FolderLock(self.path)
         if hold_bytes > 0:
             _IN_MEMORY[self.path] = _Memory(hold_bytes)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
         _IN_MEMORY.pop(self.path, None)
-        _HELD.discard(self.path)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
-
-
-_HELD: set[str] = set()
-"""This process's scratch folders: never abandoned (on NFS a lock is the process's, so locking one
-of them again would succeed, and closing it would free the run's own lock)."""
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()} {os.getpid()}\n"
+        self._lock.release()
 
 
 def abandoned(parent: str) -> list[str]:
-    """The scratch folders in ``parent`` of this user whose run was killed: a lock file (a regular
-    file, not a link) that no process holds and that names this host (a network file system may
-    lock per machine only). A folder being made (its lock file empty), another user's, or another
-    host's is left alone."""
-    found, host = [], socket.gethostname()
-    for path in sorted(glob.glob(os.path.join(glob.escape(parent), f"{SCRATCH_PREFIX}*"))):
-        if path in _HELD:
-            continue
-        try:
-            if not _mine(os.lstat(path), stat.S_ISDIR):
-                continue
-            lock = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:  # no lock file (made where nothing locks), a link, or removed meanwhile
-            continue
-        try:
-            if _mine(os.fstat(lock), stat.S_ISREG):
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                owner = os.read(lock, 4096).decode(errors="replace").split()
-                if owner and owner[0] == host:
-                    found.append(path)
-        except OSError:  # held: its run goes on
-            pass
-        finally:
-            os.close(lock)
-    return found
-
-
-def _mine(info: os.stat_result, kind: Callable[[int], bool]) -> bool:
-    return kind(info.st_mode) and info.st_uid == os.geteuid()
+    """The scratch folders in ``parent`` whose run was killed (``util.locks.abandoned``)."""
+    return [path for path in sorted(glob.glob(os.path.join(glob.escape(parent), f"{SCRATCH_PREFIX}*")))
+            if locks.abandoned(path)]
 
 
 def budget(scratch: str) -> int:

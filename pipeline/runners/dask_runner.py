@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import io
 import itertools
 import logging
 import operator
@@ -85,8 +86,9 @@ class LocalDaskOptions(PipelineOptions):
                                  "--dask_client_address or --dask_scheduler_file is given (default: one per core)")
         parser.add_argument("--dask_task_folder", default=None,
                             help="keep the stages' files and a marker per finished task here (local, gs://, s3://; "
-                                 "every worker must reach it): a run started again on the same folder runs only the "
-                                 "tasks without a marker (`pipeline run --resume` sets it)")
+                                 "every worker must reach it), after the run too: a run started again on the same "
+                                 "folder runs only the tasks without a marker (`pipeline run` sets it, and removes it "
+                                 "once the corpus is in place)")
         parser.add_argument("--dask_progress_interval", type=float, default=30.0,
                             help="seconds between per-stage progress lines (0: none)")
 
@@ -305,8 +307,11 @@ def stable_partition(key: Any, n: int) -> int:
     """
     if type(key) is int:
         return key % n
-    digest = hashlib.blake2b(pickle.dumps(key, protocol=4), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % n
+    buffer = io.BytesIO()
+    keys = pickle.Pickler(buffer, protocol=4)
+    keys.fast = True  # no memo: equal keys, equal bytes, whichever of their parts are one object ((w, w) and (w, copy))
+    keys.dump(key)
+    return int.from_bytes(hashlib.blake2b(buffer.getvalue(), digest_size=8).digest(), "little") % n
 
 
 def split_by_key(items: list[tuple[Any, Any]] | Pieces, path: str, n: int) -> Pieces:
@@ -572,8 +577,9 @@ class _Translate(PipelineVisitor):
 
 class DaskRunnerResult(PipelineResult):
     """The futures of one run; the client (and a LocalCluster we started) close when it ends. The
-    task folder is deleted when the run succeeded, or when it was the run's own (no
-    ``--dask_task_folder``): a named folder of a failed run stays, for a resumed run.
+    task folder is deleted when it was the run's own (no ``--dask_task_folder``): a named folder
+    stays, for a resumed run or whoever named it (``pipeline run`` removes it once the corpus is in
+    place: a driver killed after the run but before that resumes without running a task again).
 
     ``tasks`` counts the stage tasks: ``total``, ``reused`` (finished by an earlier driver on the
     same folder, not run again) and, once finished, ``run`` (those this driver ran), with the
@@ -637,7 +643,7 @@ class DaskRunnerResult(PipelineResult):
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
-        if self._state == PipelineState.DONE or not self.keep:
+        if not self.keep:
             fs.remove_folder(self.shuffle_dir)
 
     def cancel(self) -> str:

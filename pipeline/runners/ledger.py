@@ -104,12 +104,12 @@ def finished(folder: str, known: Iterable[str] = ()) -> dict[tuple[int, int], di
     """The markers of finished tasks not in ``known`` (paths), read: ``{(stage, task): entry}``."""
     seen = set(known)
     return {_index(p): {**read_json(p), "path": p}
-            for p in fs.match_optional(fs.join(folder, TASKS, f"*{DONE}")) if p not in seen}
+            for p in fs.match_optional(folder, TASKS, f"*{DONE}") if p not in seen}
 
 
 def failures(folder: str) -> dict[tuple[int, int], str]:
     found = {}
-    for path in fs.match_optional(fs.join(folder, TASKS, f"*{FAILED}")):
+    for path in fs.match_optional(folder, TASKS, f"*{FAILED}"):
         with fs.open_read(path) as stream:
             found[_index(path)] = stream.read().decode(errors="replace")
     return found

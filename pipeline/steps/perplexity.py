@@ -67,8 +67,8 @@ def available_languages(model_dir: str) -> list[str]:
     """Languages with both ``<lang>.sp.model`` and ``<lang>.arpa.bin`` in ``model_dir``."""
     if fs.is_local(model_dir) and not Path(model_dir).is_dir():
         raise UserError(f"perplexity.models {model_dir}: no such directory")
-    lms = {Path(p).name.removesuffix(".arpa.bin") for p in fs.match_optional(fs.join(model_dir, "*.arpa.bin"))}
-    sps = {Path(p).name.removesuffix(".sp.model") for p in fs.match_optional(fs.join(model_dir, "*.sp.model"))}
+    lms = {Path(p).name.removesuffix(".arpa.bin") for p in fs.match_optional(model_dir, "*.arpa.bin")}
+    sps = {Path(p).name.removesuffix(".sp.model") for p in fs.match_optional(model_dir, "*.sp.model")}
     for lang in sorted(lms ^ sps):
         have, missing = (".arpa.bin", ".sp.model") if lang in lms else (".sp.model", ".arpa.bin")
         LOG.warning("%s: %s%s without %s%s: no perplexity for %s", model_dir, lang, have, lang, missing, lang)

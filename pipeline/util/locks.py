@@ -1,0 +1,76 @@
+"""Folders a process holds for as long as it lives: a lock file in the folder, locked with ``flock``
+(which the kernel releases when the process dies, SIGKILL and out-of-memory kills included) and
+naming this host and process. Another process can then tell a folder whose process was killed
+(:func:`abandoned`) from one still being written. Local folders only."""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import stat
+from typing import Callable
+
+LOCK_FILE = ".lock"
+
+_HELD: set[str] = set()
+"""The folders this process holds: never abandoned (on NFS a lock is the process's, so locking one
+of them again would succeed, and closing it would free the process's own lock)."""
+
+
+class FolderLock:
+    """Holds ``<folder>/.lock`` until :meth:`release` or the process's end. Where the file system
+    cannot lock (Lustre without flock, NFS without lockd), no lock file is left either, so the
+    folder is never taken for abandoned. The folder must exist and hold no lock file yet."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        path = os.path.join(folder, LOCK_FILE)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            os.write(self._fd, f"{socket.gethostname()} {os.getpid()}\n".encode())  # empty until held
+            _HELD.add(folder)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            os.unlink(path)
+
+    def release(self) -> None:
+        """Let the lock go (the folder and its lock file may be gone already)."""
+        _HELD.discard(self.folder)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def has_lock_file(folder: str) -> bool:
+    return os.path.lexists(os.path.join(folder, LOCK_FILE))
+
+
+def abandoned(folder: str) -> bool:
+    """Whether local ``folder`` is this user's and its lock file (a regular file, not a link) is held
+    by no process and names this host (a network file system may lock per machine only). A folder
+    being made (its lock file empty), another user's, another host's, one without a lock file, or
+    one this process holds is not."""
+    if folder in _HELD:
+        return False
+    try:
+        if not _mine(os.lstat(folder), stat.S_ISDIR):
+            return False
+        lock = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # no lock file (made where nothing locks), a link, or removed meanwhile
+        return False
+    try:
+        if not _mine(os.fstat(lock), stat.S_ISREG):
+            return False
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        owner = os.read(lock, 4096).decode(errors="replace").split()
+        return bool(owner) and owner[0] == socket.gethostname()
+    except OSError:  # held: its process goes on
+        return False
+    finally:
+        os.close(lock)
+
+
+def _mine(info: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    return kind(info.st_mode) and info.st_uid == os.geteuid()

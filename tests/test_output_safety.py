@@ -1,0 +1,117 @@
+"""Where a run writes: an output path taken as a path (not a glob), staging folders of killed and
+live runs, outputs that cannot be written or that lie in the input, the same bytes run after run."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_pipeline import all_digests, run_cli
+
+from pipeline.__main__ import main
+from pipeline.output.layout import STAGING
+from pipeline.run import status
+from pipeline.util import locks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def wet(sample) -> str:
+    return str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+
+
+def common(wet: str) -> list[str]:
+    return ["--input", wet, "--set", "beam_options=[]", "--set", "steps=[dedup, lid]"]
+
+
+def test_an_output_path_with_glob_characters_gets_its_whole_corpus(wet, tmp_path):
+    """``out[1]`` is a folder name: read as a glob it matched ``out1`` (whose files a commit would take
+    for the old corpus's) and nothing of its own, and the new shards were deleted with the staging folder."""
+    (tmp_path / "out1").mkdir()
+    (tmp_path / "out1" / "stats.json").write_text("{}")
+    out = tmp_path / "out[1]"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    first = all_digests(out)
+    assert any(name.startswith("lang=") for name in first) and "stats.json" in first
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite") == 0
+    assert all_digests(out) == first
+    assert (tmp_path / "out1" / "stats.json").read_text() == "{}"
+
+
+def test_an_input_file_whose_name_looks_like_a_glob_is_read(wet, tmp_path):
+    named = tmp_path / "in[1].warc.wet.gz"
+    named.write_bytes(Path(wet).read_bytes())
+    assert run_cli("--input", str(named), "--set", "beam_options=[]", "--set", "steps=[lid]",
+                   "--output", str(tmp_path / "out")) == 0
+
+
+HOLD = "import sys, time\nfrom pipeline.util.locks import FolderLock\nFolderLock(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(120)\n"
+
+
+def holder(folder: Path) -> subprocess.Popen:
+    """A process that holds ``folder`` as a running run holds its staging folder."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_killed_runs_staging_folder_goes_and_a_running_ones_stays(wet, tmp_path, caplog):
+    """A run killed before it wrote a file at its staging folder's top left only shards there (the
+    old search, ``_staging-*/*``, never found them); its lock, freed by the kernel, says it is gone.
+    A folder whose lock a live process holds is another run's, still going: left alone, and said."""
+    out = tmp_path / "out"
+    killed, live = (out / f"{STAGING}{name}" for name in ("killed", "live"))
+    for folder in (killed, live):
+        (folder / "lang=en" / "bucket=all").mkdir(parents=True)
+        (folder / "lang=en" / "bucket=all" / "part-00000.arrow").write_bytes(b"a shard")
+    dead = holder(killed)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    running = holder(live)
+    try:
+        assert locks.abandoned(str(killed)) and not locks.abandoned(str(live))
+        assert any("a run may still be writing it" in line for line in status(str(out)))
+        with caplog.at_level(logging.WARNING):
+            assert run_cli(*common(wet), "--output", str(out)) == 0
+        assert not killed.exists() and (live / "lang=en" / "bucket=all" / "part-00000.arrow").exists()
+        assert f"removed {killed}, left by a run that did not finish" in caplog.text
+        assert f"left {live} alone: a run may still be writing it" in caplog.text
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_json_shards_are_the_same_bytes_run_after_run(wet, tmp_path):
+    """gzip wrote the temporary file's random name into every JSON shard's header."""
+    digests = []
+    for name in ("a", "b"):
+        assert run_cli(*common(wet), "--set", "write.format=json", "--output", str(tmp_path / name)) == 0
+        digests.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / name).glob("*.json.gz")})
+    assert digests[0] and digests[0] == digests[1]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, where nothing can be made")
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(wet, capsys):
+    assert run_cli(*common(wet), "--output", "/proc/polyglot-test-out") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: output /proc/polyglot-test-out: cannot write in /proc") and "\n" not in err
+    assert "[read" not in err
+
+
+def test_an_input_in_the_output_folder_is_one_line(wet, tmp_path, capsys):
+    """A run on ``folder/**`` into ``folder/corpus`` read its own previous corpus as input."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.warc.wet.gz").write_bytes(Path(wet).read_bytes())
+    args = ["--input", str(tmp_path / "in" / "**"), "--set", "beam_options=[]", "--set", "steps=[lid]",
+            "--output", str(tmp_path / "in" / "corpus")]
+    assert run_cli(*args) == 0
+    assert run_cli(*args, "--overwrite") == 2
+    err = capsys.readouterr().err
+    assert f"lies in the output folder {tmp_path / 'in' / 'corpus'}" in err and "Traceback" not in err
+    assert main(["status", str(tmp_path / "in" / "corpus")]) == 0  # the corpus is still whole
