@@ -249,8 +249,29 @@ def test_models_are_copied_once_per_worker_and_checked(s3_server, tmp_path, monk
     monkeypatch.setattr(shutil, "copyfileobj", lambda src, dst, n: dst.write(src.read(1000)))
     with pytest.raises(UserError, match=rf"copied 1000 of its {len(model)} bytes"):
         fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
-    monkeypatch.setattr(shutil, "copyfileobj", copyfileobj)
     assert not list(tmp_path.iterdir())  # the short copy was not left for the next worker
+
+    def cut(src, dst, n):
+        dst.write(src.read(1000))
+        raise ConnectionResetError("the connection broke")
+
+    monkeypatch.setattr(shutil, "copyfileobj", cut)
+    with pytest.raises(ConnectionResetError):
+        fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
+    monkeypatch.setattr(shutil, "copyfileobj", copyfileobj)
+    assert not list(tmp_path.iterdir())  # nor the part a broken connection left
+
+
+def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
+    from pipeline.output import fs
+
+    def fail(stream):
+        stream.write(b"half")
+        raise ValueError("the writer failed")
+
+    with pytest.raises(ValueError, match="the writer failed"):
+        fs.write_atomic(str(tmp_path / "report.md"), fail)
+    assert not list(tmp_path.iterdir())
 
 
 def test_tokenizer_and_token_shards_from_a_corpus_in_a_bucket(s3_server, sample_corpus, sample_tokenizer, sample_tokens,

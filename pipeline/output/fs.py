@@ -95,15 +95,20 @@ def exists(path: str) -> bool:
 
 
 def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Write through ``write(stream)`` to a temporary name beside ``path``, then rename."""
+    """Write through ``write(stream)`` to a temporary name beside ``path``, then rename; a write that
+    fails leaves no temporary file."""
     from apache_beam.io.filesystem import CompressionTypes
 
     check_file(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     if is_local(path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-        write(stream)
+    try:
+        with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            write(stream)
+    except BaseException:
+        delete([tmp])
+        raise
     _move(tmp, path)
 
 
@@ -277,8 +282,12 @@ def local_copy(path: str, cache_dir: Path) -> Path:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".part-{uuid.uuid4().hex}")
-    with open_read(path) as src, open(partial, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 22)
+    try:
+        with open_read(path) as src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+    except BaseException:  # a copy cut short by an error: not left in the cache, as large as a model
+        partial.unlink(missing_ok=True)
+        raise
     copied = partial.stat().st_size
     if copied != expected:
         partial.unlink()
