@@ -117,7 +117,7 @@ def recover(final: str, keep: str | None = None) -> list[str]:
     handled = []
     for folder in staging_folders(final):
         marker = fs.join(folder, COMMIT)
-        if fs.exists(marker):
+        if fs.exists(marker) and not running(folder):  # (a run replacing the corpus right now is left to it)
             with fs.open_read(marker) as stream:
                 _apply(folder, final, json.load(stream))
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
@@ -139,10 +139,11 @@ def recover(final: str, keep: str | None = None) -> list[str]:
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
     """What a resumed run must share with the run it continues: the config (steps and sections),
-    the input files with their sizes, and this package's version."""
+    the input files with their sizes, this package's version and the task outputs' format."""
     from importlib.metadata import version
 
-    blob = json.dumps({"config": cfg.to_dict(), "inputs": files, "version": version("polyglot-corpus")},
+    blob = json.dumps({"config": cfg.to_dict(), "inputs": files, "version": version("polyglot-corpus"),
+                       "tasks": ledger.TASK_FORMAT},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -390,9 +391,10 @@ def status(path: str) -> list[str]:
     lines += [f"{folder}: an unfinished run of a runner without a task ledger; "
               + ("a run may still be writing it" if running(folder) else "a new run removes it")
               for folder, state in unfinished(path) if not state.get("task_folder")]
-    lines += [f"{folder}: the replacement of the corpus by this finished run was cut short; the next "
-              f"`pipeline run` on {path} finishes it first" for folder in staging_folders(path)
-              if fs.exists(fs.join(folder, COMMIT))]
+    lines += [f"{folder}: " + ("a run is replacing the corpus with this finished one now" if running(folder) else
+                               f"the replacement of the corpus by this finished run was cut short; the next "
+                               f"`pipeline run` on {path} finishes it first")
+              for folder in staging_folders(path) if fs.exists(fs.join(folder, COMMIT))]
     if fs.exists(fs.join(path, ledger.PLAN)):
         folders.append((path, path))
     folders += [(p.rsplit("/", 2)[0], p.rsplit("/", 1)[0])

@@ -370,3 +370,24 @@ def test_a_worker_that_cannot_start_fails_the_run_with_one_line_rather_than_a_ha
 ])
 def test_a_lost_workers_end_is_said_from_its_return_code(code, said):
     assert forkserver._ending(code).startswith(said)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs /proc to read the fork server's environment")
+def test_the_fork_server_starts_without_a_runs_mmap_threshold():
+    """glibc reads MALLOC_MMAP_THRESHOLD_ once, as a process starts: a fork server started with one
+    run's threshold gave it to every later run's workers, the flag or not."""
+    script = ("import multiprocessing.forkserver as f\n"
+              "from pipeline.runners import forkserver\n"
+              "from pipeline.runners.options import pipeline_options\n"
+              "forkserver.install(pipeline_options('DirectRunner', ['--direct_running_mode=multi_processing',"
+              " '--worker_mmap_threshold_mb=4']))\n"
+              "print(f._forkserver._forkserver_pid, flush=True)\ninput()\n")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline())
+        with open(f"/proc/{pid}/environ", "rb") as stream:
+            assert b"MALLOC_MMAP_THRESHOLD_=" not in stream.read()
+    finally:
+        proc.communicate("\n", timeout=60)

@@ -44,6 +44,15 @@ def test_an_output_path_with_glob_characters_gets_its_whole_corpus(wet, tmp_path
     assert (tmp_path / "out1" / "stats.json").read_text() == "{}"
 
 
+def test_a_relative_output_path_with_glob_characters_gets_its_whole_corpus(wet, tmp_path, monkeypatch):
+    """Given relative, ``out[1]``'s listing started at ``""`` (the folder above the first glob
+    character), which lists nothing."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(*common(wet), "--output", "out[1]") == 0
+    assert any(name.startswith("lang=") for name in all_digests(tmp_path / "out[1]"))
+    assert not list((tmp_path / "out[1]").glob(f"{STAGING}*"))
+
+
 def test_an_input_file_whose_name_looks_like_a_glob_is_read(wet, tmp_path):
     named = tmp_path / "in[1].warc.wet.gz"
     named.write_bytes(Path(wet).read_bytes())

@@ -5,6 +5,7 @@ import functools
 import glob
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -67,18 +68,30 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
 
 
 def match_optional(base: str, *pattern: str) -> list[str]:
-    """Sorted paths below folder ``base`` that match the glob ``pattern`` parts joined below it; none
-    is fine. ``base`` is a path, not a glob: a ``[``, ``*`` or ``?`` in it stands for itself (an
-    output folder ``out[1]`` would otherwise match ``out1``, and nothing of its own)."""
+    """Sorted files below folder ``base`` that match the glob ``pattern`` parts joined below it
+    (Beam's globs: ``*`` within a folder, ``**`` across folders); none is fine. ``base`` is a path,
+    not a glob: a ``[``, ``*`` or ``?`` in it stands for itself (an output folder ``out[1]`` would
+    otherwise match ``out1``, and nothing of its own). A local ``base`` is walked itself, below the
+    pattern's leading parts without a glob: Beam lists from the folder above the first glob
+    character, which for ``out[1]`` given relative is ``""`` (nothing) and for ``/out[1]`` is ``/``."""
+    parts = list(pattern)
+    while len(parts) > 1 and glob.escape(parts[0]) == parts[0]:
+        base = join(base, parts.pop(0))
+    if is_local(base):
+        from apache_beam.io.filesystem import FileSystem
+
+        wanted = re.compile(FileSystem.translate_pattern("/".join(parts)))
+        found = [os.path.join(folder, name) for folder, _, names in os.walk(base) for name in names]
+        return sorted(path for path in found if wanted.match(os.path.relpath(path, base)))
     try:
-        return sorted(m.path for m in _match(join(glob.escape(base), *pattern)))
+        return sorted(m.path for m in _match(join(glob.escape(base), *parts)))
     except Exception:  # BeamIOError: some filesystems raise when nothing matches
         return []
 
 
 def _match(pattern: str) -> list[Any]:
-    """Beam's metadata of the paths matching ``pattern``, where ``glob.escape`` (fnmatch's escapes,
-    ``[[]``, which Beam's ``translate_pattern`` reads too) made parts of it stand for themselves."""
+    """Beam's metadata of the store paths matching ``pattern``, where ``glob.escape`` (fnmatch's
+    escapes, ``[[]``, which Beam's ``translate_pattern`` reads too) made parts of it stand for themselves."""
     with warnings.catch_warnings():  # re's FutureWarning at the "[[]" of an escaped "[": meant
         warnings.simplefilter("ignore", FutureWarning)
         return beam_filesystems().match([pattern])[0].metadata_list
@@ -144,9 +157,9 @@ def relative(path: str, base: str) -> str:
 
 def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -> None:
     """Move the ``staged`` files (below ``staging``) to the same places below ``target``, then delete
-    the ``old`` files of ``target`` that the new ones do not replace. Local folders and buckets
-    alike: an old file stays readable until the new one in its place is written, and the old files
-    that no new one replaces until every new one is."""
+    the ``old`` files of ``target`` that the new ones do not replace: the old files that no new one
+    replaces stay readable until every new one is in place, and locally an old file until the new
+    one in its place is (on a bucket, see :func:`_move`)."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
     for n, (source, dest) in enumerate(sorted(moves.items())):
         faults.fault_point("POLYGLOT_FAULT", "replace", n)
@@ -265,7 +278,7 @@ def delete(paths: Iterable[str]) -> None:
 
 
 def size(path: str) -> int:
-    return _match(glob.escape(path))[0].size_in_bytes
+    return os.path.getsize(path) if is_local(path) else _match(glob.escape(path))[0].size_in_bytes
 
 
 def local_copy(path: str, cache_dir: Path) -> Path:

@@ -405,7 +405,6 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     Workers are forked only where multiprocessing can prepare them without running the driver's
     script again (``prefork.main_is_guarded``); otherwise each starts as Beam starts it. The fork
     server lives as long as the driver process, so later runs of that process fork at once."""
-    _set_worker_mmap_threshold(options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb)
     execution.GroupingBuffer.partition = _partition_in_pieces
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     fn_runner.BundleManager.process_bundle = _process_bundle_unless_empty
@@ -421,6 +420,8 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     _step_modules = list(dict.fromkeys([*_step_modules, *modules]))  # a later call without them keeps them
     multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
     _fork_workers = multi_processing and start_fork_server(preloaded())  # it imports meanwhile
+    # after the start: glibc reads the variable once, as a process starts, and the fork server serves every later run
+    _set_worker_mmap_threshold(options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb)
 
 
 def preloaded() -> list[str]:

@@ -26,6 +26,10 @@ from typing import Any, Iterable
 
 from ..output import fs
 
+TASK_FORMAT = 2
+"""The layout of finished tasks' outputs. One more when a change would make reusing an earlier
+version's finished tasks wrong: 2, ``dask_runner.stable_partition`` without pickle's memo (a key's
+partition moved). A run's fingerprint holds it, so ``--resume`` refuses an older run's tasks."""
 PLAN = "plan.json"
 INPUTS = "inputs.json"
 TASKS = "tasks"
