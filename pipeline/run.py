@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, stores
-from .output.layout import ARTIFACTS, COMMIT, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
+from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .readers import spill
 from .report.corpus_report import build as build_report
@@ -366,7 +366,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         LOG.info("removed %s, left by a worker that was lost", path)
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
-           **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {})}
+           **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {}),
+           **({"io": ledger.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     commit(cfg.output, final, stale)

@@ -9,6 +9,7 @@
 <out>/report/                                the corpus report (HTML, Markdown, PNG)
 <out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
 <out>/_staging-<id>/_run-state.json          its config and input fingerprint, and its DaskRunner task folder
+<out>/_staging-<id>/_io.json                 the workers' I/O counts (S3 retries), for run.json
 ```
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ RUN_FILE = "run.json"  # runner, elapsed time, time per part: what differs betwe
 STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": dataset readers skip it)
 RUN_STATE = "_run-state.json"  # in the staging folder: what --resume and `pipeline status` read (see run.py)
 TASK_FOLDER = "polyglot-run-"  # a DaskRunner run's task folder: <temp_location or system temp>/polyglot-run-<id>
+IO_FILE = "_io.json"  # in the staging folder: the workers' I/O counts (S3 retries), which run.json takes
 COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see run.commit)
 RECORD_SHARDS = 16  # part files of rejected/ and of each removed/<step>/
 NOT_SHARDS = [".", "_", REJECTED, REMOVED, REPORT, *ARTIFACTS, RUN_FILE]

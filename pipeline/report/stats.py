@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pyarrow as pa
 
 from ..output import fs
+from ..output.layout import IO_FILE
 from ..output.shards import cluster_sums, partition_sums, write_json
 from .sampling import rehydrated, sampling_report
 
@@ -116,7 +117,8 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
     ``sampling.rehydration`` is set, and the corpus summary) and ``stats.json`` (counters of every
     step, per-language totals, perplexity histograms and cutoffs, the config). ``bucket_cutoffs``:
     per language, the head and tail perplexities its buckets used. Both depend only on the input
-    and config: what differs per run (runner, time) goes to run.json."""
+    and config: what differs per run (runner, time, the store's retries) goes to run.json; the
+    retries wait for it in the staging folder's :data:`~pipeline.output.layout.IO_FILE`."""
     totals, bins, clusters = corpus
     summary = corpus_summary(totals, perplexity_deciles(bins))
     counted = {(lang, size): (0, 0) for (lang, bucket, size) in clusters}
@@ -133,11 +135,11 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
         report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
     write_json(report, fs.join(cfg.output, "sampling.json"))
-    io = counters.get(IO_STEP)
+    if io := counters.get(IO_STEP):  # how the store behaved differs per run: run.json takes it (run.py)
+        write_json(io, fs.join(cfg.output, IO_FILE))
     write_json({
         "input_files": n_files,
         "counters": {step: counts for step, counts in counters.items() if step != IO_STEP},
-        **({"io": io} if io else {}),
         "languages": summary,
         "perplexity": perplexity_report(bins, bucket_cutoffs),
         "config": cfg.to_dict(),
