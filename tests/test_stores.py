@@ -244,7 +244,13 @@ def test_models_are_copied_once_per_worker_and_checked(s3_server, tmp_path, monk
     assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path) == copy  # reused, not copied again
     copy.write_bytes(model[: len(model) // 2])  # a copy cut short by an earlier worker: made again
     assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path).read_bytes() == model
-    copy.unlink()
+    retrained = bytes(reversed(model))  # replaced in place by one of the same size: copied again, the old copy gone
+    s3_server.client.put_object(Bucket="polyglot", Key="models/lid.176.ftz", Body=retrained)
+    assert (fresh := fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)).read_bytes() == retrained
+    assert list(tmp_path.iterdir()) == [fresh]
+    with pytest.raises(UserError, match="models/nope.ftz: no such object"):
+        fs.local_copy("s3://polyglot/models/nope.ftz", tmp_path)
+    fresh.unlink()
     copyfileobj = shutil.copyfileobj
     monkeypatch.setattr(shutil, "copyfileobj", lambda src, dst, n: dst.write(src.read(1000)))
     with pytest.raises(UserError, match=rf"copied 1000 of its {len(model)} bytes"):

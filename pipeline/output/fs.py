@@ -281,16 +281,27 @@ def size(path: str) -> int:
     return os.path.getsize(path) if is_local(path) else _match(glob.escape(path))[0].size_in_bytes
 
 
-def local_copy(path: str, cache_dir: Path) -> Path:
-    """``path`` itself when local, else a copy in ``cache_dir``, made once per worker and checked
-    against the object's size (a copy cut short by a lost connection is made again, then refused)."""
+MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"
+"""Local copies of models in a bucket, shared by the runs and workers of a machine."""
+
+
+def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
+    """``path`` itself when local, else a copy in ``cache_dir``, made once per machine for each
+    version of the object (its checksum, size and time: an object replaced in place, even by one of
+    the same size, is copied again, and the older copies go) and checked against the object's size
+    (a copy cut short by a lost connection is made again, then refused)."""
     if is_local(path):
         local = Path(path)
         if not local.is_file():
             raise UserError(f"{path}: no such file")
         return local
-    expected = size(path)
-    target = cache_dir / f"{hashlib.sha1(path.encode()).hexdigest()[:12]}-{Path(path).name}"
+    found = _match(glob.escape(path))
+    if not found:
+        raise UserError(f"{path}: no such object")
+    expected = found[0].size_in_bytes
+    version = f"{beam_filesystems().checksum(path)}|{expected}|{found[0].last_updated_in_seconds}"
+    name, key = Path(path).name, hashlib.sha1(path.encode()).hexdigest()[:12]
+    target = cache_dir / f"{key}-{hashlib.sha1(version.encode()).hexdigest()[:12]}-{name}"
     if target.exists() and target.stat().st_size == expected:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -306,4 +317,7 @@ def local_copy(path: str, cache_dir: Path) -> Path:
         partial.unlink()
         raise UserError(f"{path}: copied {copied} of its {expected} bytes to {cache_dir}")
     partial.rename(target)
+    for older in cache_dir.glob(f"{key}-*-{glob.escape(name)}"):  # (a worker that loaded one keeps it open)
+        if older != target:
+            older.unlink(missing_ok=True)
     return target

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ LABEL_PREFIX = "__label__"
 NEWLINES = ("space", "delete")
 BELOW_THRESHOLD = ("drop", "unknown")
 FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first 4 bytes of every .bin / .ftz model
-MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"  # local copies of models in a bucket, per machine
 
 
 def default_model_path() -> str:
@@ -60,7 +58,7 @@ def check_model(path: str | None) -> str:
         raise UserError(f"lid.model {path}: cannot read it ({exc.strerror or exc})") from None
     if header != FASTTEXT_MAGIC:
         raise UserError(f"lid.model {path}: not a fastText model (bad header)")
-    local = fs.local_copy(path, MODEL_CACHE)  # the copy the workers on this machine then reuse
+    local = fs.local_copy(path)  # the copy the workers on this machine then reuse
     try:
         check = subprocess.run([sys.executable, "-c", LOAD_CHECK, str(local)], capture_output=True, text=True,
                                timeout=600, env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
@@ -153,7 +151,7 @@ class LanguageIdentifier(Step):
             import fasttext
 
             fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
-            path = fs.local_copy(self.model_path, MODEL_CACHE)
+            path = fs.local_copy(self.model_path)
             try:
                 self._model = fasttext.load_model(str(path))
             except ValueError as exc:

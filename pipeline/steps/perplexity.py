@@ -255,7 +255,7 @@ class PerplexityScorer(Step):
         try:
             with fs.open_read(sp_path) as f:
                 sp = spm.SentencePieceProcessor(model_proto=f.read())
-            lm = kenlm.Model(str(fs.local_copy(lm_path, Path("/tmp/polyglot-models"))))
+            lm = kenlm.Model(str(fs.local_copy(lm_path)))
         except (OSError, RuntimeError, UserError) as exc:
             LOG.error("%s: cannot load the %s model (%s); its documents get bucket 'all'", lm_path, lang, exc)
             self.count("model_load_failed")
