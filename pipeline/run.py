@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
-from .output import fs, layout, stores
+from .output import fs, layout, lease, stores
 from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .readers import spill
@@ -78,20 +78,23 @@ def staging_folders(final: str) -> list[str]:
 
 def running(folder: str) -> bool:
     """Whether a run still writes staging folder ``folder``, as far as can be told: a local one
-    whose lock a live process holds (:func:`hold_staging`), or one that holds no file at its top and
-    no lock file: a run writes its run state (DaskRunner) or its statistics there, and holds the
-    lock of a local one, from this version on; one killed before any of that cannot be told apart."""
+    whose lock a live process holds, one in a bucket whose lease is renewed (:func:`hold_staging`),
+    or one with neither that holds no file at its top: a run writes its run state (DaskRunner) or
+    its statistics there, and holds a lock or lease, from this version on; one killed before any of
+    that cannot be told apart."""
     if fs.is_local(folder) and locks.has_lock_file(folder):
         return not locks.abandoned(folder)
+    if not fs.is_local(folder) and (held := lease.live(folder)) is not None:
+        return held
     return not fs.match_optional(folder, "*")
 
 
-def hold_staging(staging: str) -> locks.FolderLock | None:
-    """This process's hold (``util.locks``) on local staging folder ``staging`` while the run lives,
-    so that no other run takes it for one left behind; a killed run's lock file, in a folder
-    ``--resume`` continues, is replaced. None for a store path: a bucket has no locks."""
+def hold_staging(staging: str) -> locks.FolderLock | lease.Lease:
+    """This process's hold on staging folder ``staging`` while the run lives, so that no other run
+    takes it for one left behind: a lock (``util.locks``) on a local one, whose killed run's lock
+    file, in a folder ``--resume`` continues, is replaced; a lease (``output.lease``) in a bucket."""
     if not fs.is_local(staging):
-        return None
+        return lease.Lease(staging)
     Path(staging).mkdir(parents=True, exist_ok=True)
     if locks.abandoned(staging):
         os.unlink(os.path.join(staging, locks.LOCK_FILE))
@@ -134,6 +137,8 @@ def recover(final: str, keep: str | None = None) -> list[str]:
         LOG.warning("%s: removed %s, left by a run that did not finish%s", final, folder,
                     " (`pipeline run --resume` continues such a run)" if state.get("task_folder") else "")
         handled.append(folder)
+    left = set(staging_folders(final))
+    fs.delete([lease.lease_path(folder) for folder in lease.expired(final) if folder not in left])  # (folder gone)
     return handled
 
 
@@ -163,7 +168,9 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         return None
     folder, state = runs[-1]
     if running(folder):
-        raise UserError(f"--resume: the run in {folder} is still going (its process holds the folder)")
+        raise UserError(f"--resume: the run in {folder} is still going (its process holds the folder"
+                        + ("" if fs.is_local(folder) else f"; a killed run's lease expires {lease.EXPIRES_S:.0f} s "
+                                                          "after its driver's last renewal") + ")")
     if state["fingerprint"] != digest:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
                         "run without --resume to start afresh (which removes it)")
@@ -307,9 +314,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     final, dask = cfg.output, cfg.runner in DASK_NAMES
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
         staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
-        lock = hold_staging(staging)
-        if lock is not None:
-            held_until_done.callback(lock.release)
+        held_until_done.callback(hold_staging(staging).release)
         cfg = dataclasses.replace(cfg, output=staging)
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = ledger.read_json(fs.join(staging, RUN_STATE)) if continued else {

@@ -153,6 +153,37 @@ def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_refer
     assert not [k for k in bucket.keys("corpus/") if "_staging-" in k or "_probe-" in k]
 
 
+def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_killed_ones(s3_server, local_reference):
+    """Nothing locks in a bucket: a run holds its staging folder with a lease its driver renews
+    (``output.lease``). Another run on the output, before it commits, leaves a folder whose lease is
+    renewed, and removes one whose lease has expired (its driver was killed), with the lease."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs, lease
+
+    files, lms, cutoffs, _ = local_reference
+    bucket = Bucket("s3", s3_server.client, s3_server.flags)
+    fill(bucket, files[:1], lms, cutoffs)
+    fs.configure(PipelineOptions(s3_server.flags))
+    theirs = "corpus/_staging-0123456789ab/"  # a run near its end: statistics at the top, a shard below
+    bucket.put(f"{theirs}stats.json", b"{}")
+    bucket.put(f"{theirs}lang=en/bucket=all/part-00000.arrow", b"arrow")
+    held = lease.Lease(bucket.url(theirs), renew_s=0.2)
+    try:
+        first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
+        assert store_run(bucket) == 0
+        assert bucket.keys(theirs) == [f"{theirs}lang=en/bucket=all/part-00000.arrow", f"{theirs}stats.json"]
+        assert json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"] > first  # renewed meanwhile
+    finally:
+        held.release()
+    time.sleep(0.5)
+    assert not bucket.keys("corpus/_lease-")  # released: deleted, and no renewal after that
+    bucket.put("corpus/_lease-0123456789ab.json", json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
+    bucket.put("corpus/_lease-000000000000.json", json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
+    assert store_run(bucket, "--overwrite") == 0  # its driver killed: no longer renewed
+    assert not [k for k in bucket.keys("corpus/") if k.startswith("corpus/_")]
+
+
 def error_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err

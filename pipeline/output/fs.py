@@ -125,6 +125,15 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     _move(tmp, path)
 
 
+def put_object(path: str, data: bytes) -> None:
+    """``data`` as the object at store path ``path``, in one upload: a reader finds the old object
+    or the new one, never none (:func:`write_atomic`'s rename on a bucket deletes the old first)."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    with beam_filesystems().create(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        stream.write(data)
+
+
 def _move(source: str, dest: str) -> None:
     """Rename file ``source`` to ``dest``, replacing a file there: at once locally (``os.replace``: a
     reader finds the old file or the new one, never none); on a bucket, where a rename is a copy,
