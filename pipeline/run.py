@@ -120,7 +120,12 @@ def recover(final: str, keep: str | None = None) -> list[str]:
     handled = []
     for folder in staging_folders(final):
         marker = fs.join(folder, COMMIT)
-        if fs.exists(marker) and not running(folder):  # (a run replacing the corpus right now is left to it)
+        if fs.exists(marker):
+            if running(folder):  # the corpus is half replaced until that run is done: nothing to build on
+                raise UserError(f"{final}: a run is replacing the corpus there now ({folder}); run again once it "
+                                f"is done" + ("" if fs.is_local(folder) else
+                                              f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
+                                              "driver's last renewal; this run then finishes the replacement)"))
             with fs.open_read(marker) as stream:
                 _apply(folder, final, json.load(stream))
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
@@ -137,8 +142,9 @@ def recover(final: str, keep: str | None = None) -> list[str]:
         LOG.warning("%s: removed %s, left by a run that did not finish%s", final, folder,
                     " (`pipeline run --resume` continues such a run)" if state.get("task_folder") else "")
         handled.append(folder)
-    left = set(staging_folders(final))
-    fs.delete([lease.lease_path(folder) for folder in lease.expired(final) if folder not in left])  # (folder gone)
+    if not fs.is_local(final):  # the leases of killed runs whose folders are gone
+        left = set(staging_folders(final))
+        fs.delete([lease.lease_path(folder) for folder in lease.expired(final) if folder not in left])
     return handled
 
 
@@ -314,7 +320,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     final, dask = cfg.output, cfg.runner in DASK_NAMES
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
         staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
-        held_until_done.callback(hold_staging(staging).release)
+        hold = hold_staging(staging)
+        held_until_done.callback(hold.release)
         cfg = dataclasses.replace(cfg, output=staging)
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = ledger.read_json(fs.join(staging, RUN_STATE)) if continued else {
@@ -375,6 +382,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
            **({"io": ledger.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
+    if isinstance(hold, lease.Lease):
+        hold.check()  # a run cut off for longer than its lease: another run may have removed its folder
     commit(cfg.output, final, stale)
     if dask:  # only now: killed before the commit, the run's finished tasks let --resume end it without redoing them
         fs.remove_folder(state["task_folder"])

@@ -184,6 +184,62 @@ def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_kille
     assert not [k for k in bucket.keys("corpus/") if k.startswith("corpus/_")]
 
 
+def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_reference, monkeypatch, capsys):
+    """A lease gone, another run's, or not renewed for half its life is lost for good, and the run
+    fails before its commit: another run may have removed its folder meanwhile. A run killed while
+    replacing the corpus, whose lease still holds, stops the next run in one line (the corpus is
+    half replaced until the replacement is finished)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs, lease
+    from pipeline.util.errors import UserError
+
+    files, lms, cutoffs, _ = local_reference
+    bucket = Bucket("s3", s3_server.client, s3_server.flags)
+    fs.configure(PipelineOptions(s3_server.flags))
+    for taken in (None, b'{"host": "h", "pid": 1, "token": "theirs", "renewed": 1.0}'):
+        held = lease.Lease(bucket.url("leases/_staging-0123456789ab"), renew_s=0.1)
+        if taken:
+            bucket.put("leases/_lease-0123456789ab.json", taken)
+        else:
+            s3_server.client.delete_object(Bucket="polyglot", Key="leases/_lease-0123456789ab.json")
+        time.sleep(0.5)
+        with pytest.raises(UserError, match="lost its hold on its staging folder .another run removed or took it"):
+            held.check()
+        held.release()  # (another run's lease is not deleted)
+        assert bucket.keys("leases/") == (["leases/_lease-0123456789ab.json"] if taken else [])
+    fill(bucket, files[:1], lms, cutoffs)
+    assert store_run(bucket) == 0
+    before = bucket.digests("corpus/")
+    capsys.readouterr()
+    monkeypatch.setattr(lease, "EXPIRES_S", 1e-6)  # the driver cut off for longer than its lease
+    assert store_run(bucket, "--overwrite", "--set", "dedup.policy=keep_first") == 2
+    assert "this run lost its hold on its staging folder (not renewed for" in error_line(capsys)
+    assert {k: v for k, v in bucket.digests("corpus/").items() if not k.startswith("_")} == before
+    monkeypatch.undo()
+    replacing = "corpus/_staging-0000000000aa/"  # a run killed while it replaced the corpus, moments ago
+    bucket.put(f"{replacing}_COMMIT.json", json.dumps({"moves": [], "delete": []}).encode())
+    bucket.put("corpus/_lease-0000000000aa.json", json.dumps({"renewed": time.time()}).encode())
+    assert store_run(bucket, "--overwrite") == 2
+    assert "a run is replacing the corpus there now" in error_line(capsys)
+    for key in bucket.keys("corpus/_lease-"):  # this one's driver and the failed run's, gone for as long as a lease lives
+        bucket.put(key, json.dumps({"renewed": time.time() - lease.EXPIRES_S}).encode())
+    assert store_run(bucket, "--overwrite") == 0  # the replacement finished, the killed runs' folders and leases gone
+    assert not [k for k in bucket.keys("corpus/") if k.startswith("corpus/_")]
+
+
+def test_a_delete_in_a_gcs_bucket_takes_its_path_as_a_path(gcs_emulator):
+    """Beam's GCS delete matches each path as a glob: ``out[1]/f`` matched ``out1/f`` and not itself."""
+    from pipeline.output import fs
+
+    _, gcs = gcs_emulator
+    bucket = Bucket("gs", gcs, [])
+    for key in ("out[1]/f", "out1/f"):
+        bucket.put(key, b"x")
+    fs.delete([bucket.url("out[1]/f")])
+    assert bucket.keys("out") == ["out1/f"]
+
+
 def error_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err

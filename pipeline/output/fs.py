@@ -272,7 +272,8 @@ def remove_empty_folders(root: str, patterns: Iterable[str]) -> None:
 
 def delete(paths: Iterable[str]) -> None:
     """Delete the files (and local folders, whole) at ``paths`` that exist. A path is a path: Beam's
-    local delete reads each as a glob, which a ``[`` in a folder's name made match nothing."""
+    local and GCS deletes read each as a glob, which a ``[`` in a folder's name made match nothing
+    (or another path)."""
     in_stores = []
     for path in paths:
         if not is_local(path):
@@ -282,8 +283,8 @@ def delete(paths: Iterable[str]) -> None:
         elif os.path.lexists(path):
             os.remove(path)
     existing = [p for p in in_stores if beam_filesystems().exists(p)]
-    if existing:
-        beam_filesystems().delete(existing)
+    if existing:  # Beam's GCS delete matches each path as a glob too (S3's does not)
+        beam_filesystems().delete([glob.escape(p) if beam_filesystems().get_scheme(p) == "gs" else p for p in existing])
 
 
 def size(path: str) -> int:
@@ -297,20 +298,17 @@ MODEL_CACHE = Path(tempfile.gettempdir()) / "polyglot-models"
 def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
     """``path`` itself when local, else a copy in ``cache_dir``, made once per machine for each
     version of the object (its checksum, size and time: an object replaced in place, even by one of
-    the same size, is copied again, and the older copies go) and checked against the object's size
-    (a copy cut short by a lost connection is made again, then refused)."""
+    the same size, is copied again, and the older copies go once the object is seen to be that
+    version still) and checked against the object's size (a copy cut short by a lost connection is
+    made again, then refused)."""
     if is_local(path):
         local = Path(path)
         if not local.is_file():
             raise UserError(f"{path}: no such file")
         return local
-    found = _match(glob.escape(path))
-    if not found:
-        raise UserError(f"{path}: no such object")
-    expected = found[0].size_in_bytes
-    version = f"{beam_filesystems().checksum(path)}|{expected}|{found[0].last_updated_in_seconds}"
+    expected, version = _version(path)
     name, key = Path(path).name, hashlib.sha1(path.encode()).hexdigest()[:12]
-    target = cache_dir / f"{key}-{hashlib.sha1(version.encode()).hexdigest()[:12]}-{name}"
+    target = cache_dir / f"{key}-{version}-{name}"
     if target.exists() and target.stat().st_size == expected:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -326,7 +324,17 @@ def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
         partial.unlink()
         raise UserError(f"{path}: copied {copied} of its {expected} bytes to {cache_dir}")
     partial.rename(target)
-    for older in cache_dir.glob(f"{key}-*-{glob.escape(name)}"):  # (a worker that loaded one keeps it open)
-        if older != target:
-            older.unlink(missing_ok=True)
+    if _version(path)[1] == version:  # still the object's version: the older copies go (a worker that opened one keeps it)
+        for older in [*cache_dir.glob(f"{key}-*-{glob.escape(name)}"), cache_dir / f"{key}-{name}"]:
+            if older != target:
+                older.unlink(missing_ok=True)
     return target
+
+
+def _version(path: str) -> tuple[int, str]:
+    """Store object ``path``'s size and a name of its version (checksum, size, time)."""
+    found = _match(glob.escape(path))
+    if not found:
+        raise UserError(f"{path}: no such object")
+    version = f"{beam_filesystems().checksum(path)}|{found[0].size_in_bytes}|{found[0].last_updated_in_seconds}"
+    return found[0].size_in_bytes, hashlib.sha1(version.encode()).hexdigest()[:12]

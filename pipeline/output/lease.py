@@ -3,8 +3,10 @@
 of the run's driver renews every :data:`RENEW_S` seconds while the run lives. Another run takes
 the folder for one a killed run left once the lease is :data:`EXPIRES_S` seconds old: it leaves a
 live run's folder alone, and ``--resume`` refuses to continue a run whose driver still renews it.
-The lease's time is its writer's clock, read by another machine's: their clocks must agree to
-well within ``EXPIRES_S - RENEW_S`` (NTP keeps them within a second)."""
+A run that lost its lease (cut off for longer than that, or its lease taken) fails before its
+commit (:meth:`Lease.check`): its folder may have been removed meanwhile. The lease's time is its
+writer's clock, read by another machine's: their clocks must agree to well within
+``EXPIRES_S - RENEW_S`` (NTP keeps them within a second)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +15,10 @@ import os
 import socket
 import threading
 import time
+import uuid
 
 from . import fs
+from ..util.errors import UserError
 from .layout import LEASE, STAGING
 
 LOG = logging.getLogger(__name__)
@@ -29,61 +33,86 @@ def lease_path(staging: str) -> str:
 
 
 def expired(output: str) -> list[str]:
-    """The staging folders in ``output`` whose lease has expired: their runs were killed."""
+    """The staging folders in bucket folder ``output`` whose lease has expired: their runs were killed."""
     found = [fs.join(output, f"{STAGING}{fs.relative(path, output).removeprefix(LEASE).removesuffix('.json')}")
              for path in fs.match_optional(output, f"{LEASE}*.json")]
     return [staging for staging in found if live(staging) is False]
 
 
-def age(staging: str) -> float | None:
-    """Seconds since the lease of ``staging`` was last renewed; None where there is none (a local
-    folder, a run that has ended, or one of a version before leases)."""
-    path = lease_path(staging)
-    if not fs.exists(path):
-        return None
-    try:
-        with fs.open_read(path) as stream:
-            renewed = json.load(stream)["renewed"]
-    except (OSError, ValueError, KeyError, TypeError):  # gone meanwhile, or not ours: no hold
-        return None
-    return time.time() - float(renewed)
+def read(path: str) -> dict | None:
+    """The lease at ``path``; None where there is none. One that cannot be read twice over (not one a
+    renewal replaces while it is read: a lease keeps its length) is taken for one just renewed."""
+    for attempt in range(2):
+        try:
+            with fs.open_read(path) as stream:
+                return json.loads(stream.read())
+        except Exception:  # noqa: BLE001 (gone meanwhile: GCS's NotFound is no OSError; or not ours)
+            if not fs.exists(path):
+                return None
+            time.sleep(0.5 * (attempt + 1))
+    LOG.warning("%s: not a lease this version can read; its run is taken to be alive", path)
+    return {"renewed": time.time()}
 
 
 def live(staging: str) -> bool | None:
-    """Whether the run of ``staging`` still renews its lease; None where there is no lease."""
-    seconds = age(staging)
-    return None if seconds is None else seconds < EXPIRES_S
+    """Whether the run of ``staging`` still renews its lease; None where there is no lease (a local
+    folder, a run that has ended, or one of a version before leases)."""
+    found = read(lease_path(staging))
+    return None if found is None else time.time() - float(found["renewed"]) < EXPIRES_S
 
 
 class Lease:
     """Holds staging folder ``staging`` in a bucket until :meth:`release`: the lease is written now
-    (an error is the caller's) and renewed by a thread every ``renew_s`` seconds (a failed renewal is
-    a warning; the next one tries again)."""
+    (an error is the caller's) and renewed by a thread every ``renew_s`` seconds, which first reads
+    it back: a lease gone or another run's is lost for good (a failed renewal is a warning; the next
+    one tries again, and one more than ``EXPIRES_S`` after the last loses it too)."""
 
     def __init__(self, staging: str, renew_s: float = RENEW_S) -> None:
-        self.path, self.renew_s = lease_path(staging), renew_s
+        self.path, self.renew_s, self.token = lease_path(staging), renew_s, uuid.uuid4().hex
+        self.lost = ""
         self._stop = threading.Event()
         self._renew()
         self._thread = threading.Thread(target=self._keep, name="staging-lease", daemon=True)
         self._thread.start()
 
-    def _renew(self) -> None:
-        body = {"host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
-        fs.put_object(self.path, json.dumps(body).encode())
+    def _renew(self) -> None:  # always the same length, so that a reader never gets a cut one
+        fs.put_object(self.path, (f'{{"host": {json.dumps(socket.gethostname())}, "pid": {os.getpid()}, '
+                                  f'"token": "{self.token}", "renewed": {time.time():.6f}}}').encode())
+        self.renewed = time.monotonic()
 
     def _keep(self) -> None:
         while not self._stop.wait(self.renew_s):
             try:
-                self._renew()
-            except Exception as exc:  # a store that fails for a while: the lease holds until EXPIRES_S
+                found = read(self.path)
+                if found is None or found.get("token") != self.token:
+                    self.lost = "another run removed or took it"
+                elif time.monotonic() - self.renewed >= EXPIRES_S:
+                    self.lost = f"not renewed for {time.monotonic() - self.renewed:.0f} s"
+                else:
+                    self._renew()
+                    continue
+                LOG.error("%s: this run lost its lease (%s); it will not replace the corpus", self.path, self.lost)
+                return
+            except Exception as exc:  # noqa: BLE001 (a store that fails for a while: the lease holds until EXPIRES_S)
                 LOG.warning("%s: could not renew the run's lease (%s); trying again in %.0f s", self.path, exc,
                             self.renew_s)
 
+    def check(self) -> None:
+        """Before the commit: one error line if the lease is lost, or if it was last renewed more than
+        half of ``EXPIRES_S`` ago (another run may take the folder before the commit is under way)."""
+        if not self.lost and time.monotonic() - self.renewed >= EXPIRES_S / 2:
+            self.lost = f"not renewed for {time.monotonic() - self.renewed:.0f} s"
+        if self.lost:
+            raise UserError(f"{self.path}: this run lost its hold on its staging folder ({self.lost}), so another "
+                            "run may have removed what it wrote; the previous corpus is left as it was")
+
     def release(self) -> None:
-        """Stop renewing (no renewal comes after this returns) and delete the lease."""
+        """Stop renewing (no renewal comes after this returns) and delete the lease, unless lost."""
         self._stop.set()
         self._thread.join()
+        if self.lost:
+            return
         try:
             fs.delete([self.path])
-        except Exception as exc:  # the run is done: the next run on the output removes the expired lease
+        except Exception as exc:  # noqa: BLE001 (the run is done: the next run on the output removes the expired lease)
             LOG.warning("%s: could not delete the run's lease (%s)", self.path, exc)

@@ -49,7 +49,7 @@ def _count_retries(parsed: dict[str, Any] | None = None, **_: Any) -> None:
 
 
 def take_retries() -> int:
-    """S3 retries of this process since the last call (a step counts them into stats.json)."""
+    """S3 retries of this process since the last call (a step counts them; run.json has the sum)."""
     with _S3_LOCK:
         new = _RETRIED["total"] - _RETRIED["taken"]
         _RETRIED["taken"] = _RETRIED["total"]

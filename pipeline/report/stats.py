@@ -18,9 +18,8 @@ if TYPE_CHECKING:
 
 Counts = dict[str, dict[str, int]]
 IO_STEP = "io"
-"""Counts of the stores' weather (S3 retries): stats.json keeps them apart from the steps'
-counters, and has them only when there were some, so that a run that met throttling writes
-the same counters, shards and sampling.json as one that did not."""
+"""Counts of the stores' weather (S3 retries): they go to run.json, not stats.json, so that a run
+that met throttling writes the same stats.json, shards and sampling.json as one that did not."""
 """``{step: {name: n}}``, both levels sorted: what stats.json's ``counters`` holds."""
 DECILE_BIN = 1.01  # perplexity histogram bins grow by 1 %: deciles exact to 1 %, and deterministic
 Totals = dict[tuple[str, str], tuple[int, int, int]]
