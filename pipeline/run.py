@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
-from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
+from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
 from .output.shards import write_json
 from .readers import spill
 from .report.corpus_report import build as build_report
@@ -181,6 +181,24 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
                         "run without --resume to start afresh (which removes it)")
     return folder
+
+
+def nothing_read(staging: str) -> str:
+    """Why no record of a run's input could be read, every one rejected (the rejections' counts and
+    one of them), or "" where one was read, a document or a record skipped or dropped at read
+    (a run whose input holds no page to keep is a run of its own kind), or none was rejected."""
+    read = ledger.read_json(fs.join(staging, "stats.json"))["counters"].get("read", {})
+    rejected = {name.removeprefix("rejected_"): n for name, n in read.items() if name.startswith("rejected_")}
+    if not rejected or any(n for name, n in read.items() if name != "files" and not name.startswith("rejected_")):
+        return ""
+    example: dict[str, Any] = {}
+    for path in fs.match_optional(staging, REJECTED, "part-*"):
+        with fs.open_read(path) as stream:
+            if line := stream.readline():
+                example = json.loads(line)
+                break
+    return (", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
+            + (f" (one: {example['source']} at offset {example['offset']}: {example['detail']})" if example else ""))
 
 
 def task_folder(options: PipelineOptions, run_id: str) -> str:
@@ -376,6 +394,11 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
                 held.remove()
     for path in fs.remove_temporaries(cfg.output, [layout.PARTITION_FOLDERS[0], *layout.RECORD_FOLDERS]):
         LOG.info("removed %s, left by a worker that was lost", path)
+    if nothing := nothing_read(cfg.output):  # not a corpus to replace the previous one with
+        fs.remove_folder(cfg.output)
+        if dask:
+            fs.remove_folder(state["task_folder"])
+        raise UserError(f"no input record could be read: {nothing}; the output is left as it was")
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
            **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {}),

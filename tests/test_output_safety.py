@@ -124,3 +124,25 @@ def test_an_input_in_the_output_folder_is_one_line(wet, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"lies in the output folder {tmp_path / 'in' / 'corpus'}" in err and "Traceback" not in err
     assert main(["status", str(tmp_path / "in" / "corpus")]) == 0  # the corpus is still whole
+
+
+def test_a_run_whose_every_record_is_rejected_leaves_the_previous_corpus(wet, tmp_path, capsys):
+    """Input that is all bad (another compression under a .gz name, an empty file, a dangling link):
+    one line with the reasons and the first rejection, exit 2, and the corpus there is kept (it was
+    replaced by an empty one, exit 0)."""
+    out = tmp_path / "out"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    before = all_digests(out)
+    (tmp_path / "a.warc.wet.gz").write_bytes(b"BZh91AY&SY" + bytes(100))
+    (tmp_path / "b.warc.wet.gz").write_bytes(b"")
+    (tmp_path / "c.warc.wet.gz").symlink_to(tmp_path / "gone.warc.wet.gz")
+    capsys.readouterr()
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--input", str(tmp_path / "*.gz"),
+                 "--output", str(out), "--overwrite", "--set", "beam_options=[]", "--set", "steps=[dedup, lid]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no input record could be read: 1 empty_file, 1 garbage, 1 unreadable_file (one: ")
+    assert err.endswith("); the output is left as it was") and len(err.splitlines()) == 1
+    assert any(f"{tmp_path / name} at offset 0: {detail}" in err for name, detail in (
+        ("a.warc.wet.gz", "110 bytes that are not gzip data"), ("b.warc.wet.gz", "the file is empty"),
+        ("c.warc.wet.gz", "FileNotFoundError")))
+    assert all_digests(out) == before and not list(out.glob(f"{STAGING}*"))

@@ -152,6 +152,54 @@ def test_bad_input_is_counted_not_fatal(reason):
     assert len(good_ids) == expected + (reason == "truncated"), good_ids  # good records around it survive
 
 
+@pytest.mark.parametrize("chunk", [7, 64, 1000])
+@pytest.mark.parametrize("reason", sorted(BAD_CASES))
+def test_bad_input_across_read_chunks_gives_the_same_results(reason, chunk, monkeypatch):
+    """The member splitter reads files in chunks (4 MiB); a corrupt member, or a gzip header after
+    garbage, that crosses a chunk's end is found as in one chunk (the corrupt member was skipped
+    past its own end, losing the members after it; the header was taken for garbage)."""
+    from pipeline.readers import warc
+
+    data = BAD_CASES[reason]() + good(3)
+    whole = read(data, fmt="warc", name="x.warc.gz")  # (WARC: member by member from the start)
+    monkeypatch.setattr(warc, "CHUNK", chunk)
+    assert read(data, fmt="warc", name="x.warc.gz") == whole
+
+
+def test_a_gzip_header_after_garbage_is_found_at_every_place_a_chunk_can_end(monkeypatch):
+    from pipeline.readers import warc
+
+    for n in range(1, 16):
+        data = good(1) + b"J" * n + good(2)
+        whole = read(data)
+        monkeypatch.setattr(warc, "CHUNK", 7)
+        assert read(data) == whole, n
+        assert [r.detail for r in whole if isinstance(r, Rejected)] == [f"{n} bytes that are not gzip data"]
+        assert len(docs_of(whole)) == 2
+        monkeypatch.undo()
+
+
+def test_blank_lines_before_the_first_record_lose_nothing():
+    """fastwarc gives the first record after leading blank bytes the offset of what it read next:
+    the whole file (one gzip member) was lost, or its first record, without a word."""
+    records = [warc_record(f"Page {i}\nText {i}.".encode(), record_id=f"<urn:uuid:{i}>") for i in range(3)]
+    for lead in (b"\r\n", b"\n\r\n", b"\t\n"):
+        one_member = read(gz(lead + b"".join(records)))
+        per_record = read(gz(lead + records[0]) + gz(records[1]) + gz(records[2]))
+        for results in (one_member, per_record):
+            assert [d["id"] for d in docs_of(results)] == ["<urn:uuid:0>", "<urn:uuid:1>", "<urn:uuid:2>"]
+            assert not reasons(results)
+
+
+@pytest.mark.parametrize("data, reason", [(b"", "empty_file"), (gzip.compress(b"", mtime=0), "no_records"),
+                                          (gzip.compress(b"\r\n\r\n", mtime=0), "no_records")])
+def test_a_file_without_records_is_one_rejection(data, reason):
+    """An empty file (a download cut short, say) is not read as a file that held nothing to keep."""
+    for fmt, name in (("wet", "x.warc.wet.gz"), ("warc", "x.warc.gz"), ("wet", "x.warc.wet")):
+        [bad] = read(data, fmt, name)
+        assert (bad.reason, bad.source, bad.offset) == (reason, name, 0)
+
+
 def test_content_length_longer_than_body():
     record = gz(warc_record(b"short body", content_length=500, digest=False))
     assert reasons(read(good(1) + record + good(2))) == ["content_length_mismatch"]
@@ -274,6 +322,49 @@ def test_chunked_and_compressed_http_bodies_give_the_same_text(sample):
     assert [r.reason for r in results if isinstance(r, Note)] == ["http_chunking_broken"]
 
 
+def test_a_page_the_http_layer_cannot_decode_ends_that_record_only(sample, monkeypatch):
+    """An unknown charset is detected instead, and counted; a Brotli body is decompressed (warcio's
+    own Brotli reader fails on brotli >= 1.1), a broken one kept as it is and counted; a parser that
+    fails on one page rejects that record, with its id, and the records after it are read (each of
+    these ended the file's reading before, as one ``unreadable_file``)."""
+    from pipeline.readers import warc
+
+    brotli = pytest.importorskip("brotli", reason="brotli is not installed (make test installs it)")
+    (url, head, body), (url2, head2, body2) = http_pages(sample)[:2]
+    html = {"content_type": "application/http; msgtype=response"}
+    plain = read(gz(warc_record(http_headers(head, Content_Length=str(len(body))) + body, rtype="response", uri=url,
+                                **html)), "warc", "x.warc.gz")
+    cases = {
+        "charset": http_headers(head, Content_Type="text/html; charset=x-no-such-charset") + body,
+        "br": http_headers(head, Content_Encoding="br") + brotli.compress(body),
+        "broken br": http_headers(head, Content_Encoding="br") + body,
+    }
+    results = {kind: read(gz(warc_record(block, rtype="response", uri=url, **html)), "warc", "x.warc.gz")
+               for kind, block in cases.items()}
+    def page(results):
+        return [(d["title"], d["text"]) for d in docs_of(results)]
+
+    assert page(results["charset"]) == page(plain) and page(results["br"]) == page(plain) and page(plain)
+    assert [r.reason for r in results["charset"] if isinstance(r, Note)] == ["http_charset_unknown"]
+    assert [r.reason for r in results["br"] if isinstance(r, Note)] == []
+    assert [r.reason for r in results["broken br"] if isinstance(r, Note)] == ["http_content_encoding_broken_br"]
+    html_text = warc._html_text
+
+    def fails_on_a_marked_page(block: bytes):
+        if b"first-page-marker" in block:
+            raise RuntimeError("the parser gave up")
+        return html_text(block)
+
+    monkeypatch.setattr(warc, "_html_text", fails_on_a_marked_page)
+    data = b"".join(gz(warc_record(http_headers(h, Content_Length=str(len(b))) + b, rtype="response", uri=u,
+                                   record_id=f"<urn:uuid:{i}>", **html))
+                    for i, (u, h, b) in enumerate([(url, head, body + b"<!-- first-page-marker -->"), (url2, head2, body2)]))
+    results = read(data, "warc", "x.warc.gz")
+    [bad] = [r for r in results if isinstance(r, Rejected)]
+    assert (bad.reason, bad.record_id, bad.detail) == ("undecodable_http", "<urn:uuid:0>", "RuntimeError: the parser gave up")
+    assert [d["url"] for d in docs_of(results)] == [url2]
+
+
 def test_a_file_that_cannot_be_read_is_one_rejection(tmp_path):
     """Unreadable even for root: a link to /proc/self/mem opens but fails on read (EIO)."""
     from pipeline.readers.files import read_file
@@ -291,7 +382,7 @@ def test_a_file_that_cannot_be_read_is_one_rejection(tmp_path):
 def member_by_member(data: bytes, name: str = "x.warc.wet.gz") -> list:
     """The reference reading: every gzip member split and parsed on its own."""
     reader = RecordReader(name, "wet")
-    return list(reader._read_members(iter_members(io.BytesIO(data), name)))
+    return list(reader._or_none(reader._read_members(iter_members(io.BytesIO(data), name))))
 
 
 def structural_cases() -> dict[str, bytes]:

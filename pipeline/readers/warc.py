@@ -20,11 +20,13 @@ written to ``<out>/rejected/``).
 """
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import io
+import itertools
 import re
 import zlib
-from typing import BinaryIO, Iterable, Iterator, Union
+from typing import Any, BinaryIO, Iterable, Iterator, Union
 
 from fastwarc.stream_io import GzipReader
 from fastwarc.warc import ArchiveIterator, WarcRecord
@@ -74,26 +76,30 @@ class _Buffered:
     def available(self) -> int:
         return len(self.buf) - self.pos
 
-    def more(self) -> bool:
-        """Read the next chunk, dropping what was consumed. False at end of stream."""
+    def more(self, keep_from: int | None = None) -> bool:
+        """Read the next chunk, dropping what was consumed (only what lies before file offset
+        ``keep_from``, when given: the start of a member that may need scanning again). False at
+        end of stream."""
         chunk = b"" if self.eof else self.stream.read(CHUNK)
         if not chunk:
             self.eof = True
             return False
-        self.base += self.pos
-        self.buf, self.pos = self.buf[self.pos:] + chunk, 0
+        drop = self.pos if keep_from is None else min(self.pos, keep_from - self.base)
+        self.base += drop
+        self.buf, self.pos = self.buf[drop:] + chunk, self.pos - drop
         return True
 
     def skip_to_magic(self) -> int:
-        """Advance to the next gzip magic (or the end); return the number of bytes skipped."""
-        start = self.offset
+        """Advance to the next gzip magic after the current position (or the end); return the
+        number of bytes skipped."""
+        start, after = self.offset, 1
         while True:
-            i = self.buf.find(GZIP_MAGIC, self.pos + 1)
+            i = self.buf.find(GZIP_MAGIC, self.pos + after)
             if i >= 0:
                 self.pos = i
                 return self.offset - start
-            # keep the last bytes in case a magic straddles the chunk boundary
-            self.pos = max(self.pos, len(self.buf) - len(GZIP_MAGIC) + 1)
+            # keep the last bytes in case a magic straddles the chunk boundary (searched from their first)
+            self.pos, after = max(min(self.pos + after, len(self.buf)), len(self.buf) - len(GZIP_MAGIC) + 1), 0
             if not self.more():
                 self.pos = len(self.buf)
                 return self.offset - start
@@ -112,12 +118,11 @@ def iter_gzip_members(stream: BinaryIO, base: int = 0) -> Iterator[Member]:
             skipped = src.skip_to_magic()
             yield Member(start, skipped, b"", "garbage", f"{skipped} bytes that are not gzip data")
             continue
-        member_pos, member_base = src.pos, src.base
         inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
         parts: list[bytes] = []
         try:
             while not inflater.eof:
-                if not src.available() and not src.more():
+                if not src.available() and not src.more(keep_from=start):
                     yield Member(start, src.offset - start, b"".join(parts), "truncated",
                                  "file ends inside this gzip member")
                     return
@@ -125,8 +130,8 @@ def iter_gzip_members(stream: BinaryIO, base: int = 0) -> Iterator[Member]:
                 parts.append(inflater.decompress(window))
                 src.pos += len(window) - len(inflater.unused_data)
         except zlib.error as exc:
-            # resume scanning one byte after this member's start
-            src.pos = member_pos - (src.base - member_base) + 1
+            # resume scanning one byte after this member's start (kept in the buffer by more())
+            src.pos = start - src.base + 1
             skipped = src.skip_to_magic() + 1
             yield Member(start, skipped, b"", "corrupt_gzip", str(exc))
             continue
@@ -222,12 +227,23 @@ class RecordReader:
     notes: list[Note] = dataclasses.field(default_factory=list, repr=False)  # of records being converted
 
     def read(self, stream: BinaryIO) -> Iterator[ReadResult]:
+        """The file's records; an empty file, or one without a record (an empty gzip stream, say: a
+        download cut short), is one rejection."""
         head = stream.read(len(GZIP_MAGIC))
-        rest = io.BufferedReader(_Prepend(head, stream)) if head else stream
-        if head == GZIP_MAGIC and self.fmt == "wet":
-            yield from self._read_whole(rest)
-        else:
-            yield from self._read_members(iter_members(rest, self.source))
+        if not head:
+            yield self._reject(0, "empty_file", "the file is empty", b"")
+            return
+        rest = io.BufferedReader(_Prepend(head, stream))
+        yield from self._or_none(self._read_whole(rest) if head == GZIP_MAGIC and self.fmt == "wet" else
+                                 self._read_members(iter_members(rest, self.source)))
+
+    def _or_none(self, results: Iterable[ReadResult]) -> Iterator[ReadResult]:
+        """``results``, or one ``no_records`` rejection where there are none."""
+        found = False
+        for found, result in zip(itertools.repeat(True), results):
+            yield result
+        if not found:
+            yield self._reject(0, "no_records", "no WARC record in the file", b"")
 
     def _read_whole(self, stream: BinaryIO) -> Iterator[ReadResult]:
         """A gzipped WET file through one fastwarc iterator, each record's result held back until
@@ -240,6 +256,8 @@ class RecordReader:
         try:
             for record in ArchiveIterator(GzipReader(tee), parse_http=False, stream_detect=False, fsspec_args=False):
                 start = record.stream_pos
+                if held is None and start != tee.base:  # (the first record after bytes that are not one:
+                    break                                 # fastwarc gives it the offset of what it read next)
                 if held is not None:  # (a start that does not move on would read the trailer at the wrong place)
                     if start <= held[0] or int.from_bytes(tee.at(start - 4, start), "little") != held[1] & 0xFFFFFFFF:
                         break
@@ -363,7 +381,10 @@ class RecordReader:
                 return self._reject(offset, "not_utf8", f"invalid UTF-8 at byte {exc.start} of the body", raw, record_id)
             digest = headers.get("warc-block-digest", "")
         else:
-            converted = _html_text(block)
+            try:
+                converted = _html_text(block)
+            except Exception as exc:  # noqa: BLE001 (a parser's failure on one page's bytes ends that record only)
+                return self._reject(offset, "undecodable_http", f"{type(exc).__name__}: {exc}", raw, record_id)
             if isinstance(converted, Drop):
                 return converted
             (title, text, notes), digest = converted, headers.get("warc-payload-digest", "")
@@ -468,24 +489,51 @@ def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
     if not content_type.startswith(HTML_TYPES):
         return Drop("skipped_non_html")
     body, notes = _http_body(body, headers)
-    charset = content_type.partition("charset=")[2].split(";")[0].strip() or None
+    charset = content_type.partition("charset=")[2].split(";")[0].strip().strip('"\'') or None
+    if charset is not None and not _known_charset(charset):
+        notes.append(Note("http_charset_unknown"))
+        charset = None
     tree = HTMLTree.parse(bytes_to_str(body, charset or detect_encoding(body)))
     text = extract_plain_text(tree, main_content=False, alt_texts=False, preserve_formatting=True)
     return tree.title, text, notes
 
 
+def _known_charset(name: str) -> bool:
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        return False
+    return True
+
+
 def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]:
-    """The payload of an HTTP body: de-chunked and decompressed where the headers say so."""
+    """The payload of an HTTP body: de-chunked and decompressed where the headers say so (Brotli by
+    the brotli module itself: warcio's reader of it fails on brotli 1.1 and later)."""
     from warcio.bufferedreaders import BufferedReader, ChunkedDataReader, DecompressingBufferedReader
 
     chunked = "chunked" in headers.get("transfer-encoding", "")
     encoding = headers.get("content-encoding", "").split(",")[-1].strip()
-    decomp = encoding if encoding in BufferedReader.DECOMPRESSORS else None
-    notes = [Note(f"http_content_encoding_kept_{encoding}")] if encoding not in ("", "identity") and not decomp else []
-    if not chunked and not decomp:
-        return body, notes
-    reader = (ChunkedDataReader if chunked else DecompressingBufferedReader)(io.BytesIO(body), decomp_type=decomp)
-    payload = reader.read()
-    if chunked and reader.not_chunked:
-        notes.append(Note("http_chunking_broken"))
-    return payload, notes
+    brotli = _brotli() if encoding == "br" else None
+    decomp = encoding if encoding in BufferedReader.DECOMPRESSORS and encoding != "br" else None
+    notes = [Note(f"http_content_encoding_kept_{encoding}")] \
+        if encoding not in ("", "identity") and not decomp and brotli is None else []
+    if chunked or decomp:
+        reader = (ChunkedDataReader if chunked else DecompressingBufferedReader)(io.BytesIO(body), decomp_type=decomp)
+        body = reader.read()
+        if chunked and reader.not_chunked:
+            notes.append(Note("http_chunking_broken"))
+    if brotli is not None:
+        try:
+            body = brotli.decompress(body)
+        except brotli.error:
+            notes.append(Note("http_content_encoding_broken_br"))
+    return body, notes
+
+
+def _brotli() -> Any:
+    """The brotli module, or None where it is not installed."""
+    try:
+        import brotli
+    except ImportError:
+        return None
+    return brotli
