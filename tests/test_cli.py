@@ -182,3 +182,41 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
         load_config(str(config), {"steps": ["lid", "lid"]}, sets=["steps=[dedup, lid]"])
     with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml with --set num_attention_heads=3 --set pad_token_id=1: "):
         load_model_config("xlmr-tiny", sets=["num_attention_heads=3", "pad_token_id=1"])
+
+
+def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(tmp_path):
+    """A NaN passed every range check (`x < low` is false), an infinite shard size crashed the
+    writer; the quality filters' thresholds had no ranges, per language neither; YAML 1.1 read the
+    key ``no`` (Norwegian) as false, let a key given twice win silently, and took ``1:`` as a key."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+
+    config = tmp_path / "c.yaml"
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid, gopher_repetition, fineweb_quality]\n")
+    for sets, message in [
+        (["lid.threshold=.nan"], "lid.threshold: expected a finite number, got nan"),
+        (["write.shard_size_mb=.inf"], "write.shard_size_mb: expected a finite number, got inf"),
+        (["lid.thresholds={de: .nan}"], "lid.thresholds.de: expected a finite number, got nan"),
+        (["gopher_repetition.dup_line_frac=-1"], "gopher_repetition.dup_line_frac=-1.0 is out of range [0.0, 1.0]"),
+        (["fineweb_quality.line_punct_thr=7"], "fineweb_quality.line_punct_thr=7.0 is out of range [0.0, 1.0]"),
+        (["gopher_repetition.languages.fr.dup_para_frac=2"],
+         "gopher_repetition: languages.fr: dup_para_frac=2.0 is out of range [0.0, 1.0]"),
+        (["gopher_repetition.top_n_grams=[[2, 3]]"], "and 0 <= fraction <= 1, got [2.0, 3.0]"),
+        (["gopher_repetition.languages.fr.languages.de.dup_line_frac=0.1"],
+         "languages.fr.languages: per-language values do not nest"),
+        (["write.removed=no"], "write.removed: expected bool, got 'no'"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_config(str(config), sets=sets)
+    norwegian = load_config(str(config), sets=["lid.thresholds={no: 0.9}", "gopher_repetition.languages={no: {dup_line_frac: 0.2}}"])
+    assert norwegian.sections["lid"].thresholds == {"no": 0.9}
+    assert norwegian.sections["gopher_repetition"].for_language("no").dup_line_frac == 0.2
+    for text, message in [
+        ("lid:\n  threshold: 0.5\n  threshold: 0.7\n", "the key 'threshold' is given twice (line 5, column 3)"),
+        ("1: foo\n", "the key 1 is not a name"),
+        ("lid: {thresholds: {2: 0.5}}\n", "the key 2 under lid.thresholds is not a name"),
+        ("steps: [dedup, lid\nlid: {}\n", "expected ',' or ']', but got ':' (line 4, column 4)"),
+    ]:
+        config.write_text("input: x.wet.gz\noutput: out\n" + text)
+        with pytest.raises(UserError, match=f"^config {re.escape(str(config))}: not valid YAML: .*{re.escape(message)}"):
+            load_config(str(config))

@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ..util.configfile import override
+from ..util.configfile import check_choices_and_ranges, override
 from ..util.errors import UserError
 from .base import Document, Drop, RunInfo, Step, StepResult
 from .minhash import powers
@@ -41,17 +41,23 @@ class PerLanguage:
 
     languages: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     """Per-language values, {lang: {key: value}} (lid.176 codes), over this section's own."""
+    ranges: ClassVar[dict[str, tuple[Any, Any]]] = {}
+    """The keys' ranges, checked for the section's values (``config._check_section``) and for each language's."""
 
     def for_language(self, lang: str) -> Any:
         """This config with ``languages[lang]`` applied (a UserError names an unknown key)."""
         values = self.languages.get(lang)
         if values is None:
             return self
+        if isinstance(values, dict) and "languages" in values:
+            raise UserError(f"languages.{lang}.languages: per-language values do not nest")
         return override(dataclasses.replace(self, languages={}), values, f"languages.{lang}.")
 
     def validate(self) -> None:
         for lang in self.languages:
-            self.for_language(lang).check_values()
+            language = self.for_language(lang)
+            check_choices_and_ranges(language, f"languages.{lang}", {}, self.ranges)
+            language.check_values()
         self.check_values()
 
     def check_values(self) -> None:
@@ -60,8 +66,9 @@ class PerLanguage:
 
 def _check_ngrams(name: str, pairs: list[list[float]]) -> None:
     for pair in pairs:
-        if len(pair) != 2 or not float(pair[0]).is_integer() or not 1 <= pair[0] <= MAX_N:
-            raise UserError(f"{name}: expected [n, fraction] pairs with 1 <= n <= {MAX_N}, got {pair!r}")
+        if len(pair) != 2 or not float(pair[0]).is_integer() or not 1 <= pair[0] <= MAX_N or not 0 <= pair[1] <= 1:
+            raise UserError(f"{name}: expected [n, fraction] pairs with 1 <= n <= {MAX_N} and 0 <= fraction <= 1, "
+                            f"got {pair!r}")
 
 
 class LanguageFilter(Step):
@@ -216,6 +223,8 @@ class GopherRepetitionConfig(PerLanguage):
         default_factory=lambda: [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
     """[n, fraction]: drop when repeated n-grams cover more than this fraction of characters."""
 
+    ranges = {key: (0.0, 1.0) for key in ("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")}
+
     def check_values(self) -> None:
         _check_ngrams("top_n_grams", self.top_n_grams)
         _check_ngrams("dup_n_grams", self.dup_n_grams)
@@ -288,6 +297,10 @@ class GopherQualityConfig(PerLanguage):
     """Drop with fewer of ``stop_words`` present."""
     stop_words: list[str] = dataclasses.field(default_factory=lambda: list(GOPHER_STOP_WORDS))
     """The language's stop words."""
+    ranges = {"min_doc_words": (0, None), "max_doc_words": (0, None), "min_avg_word_length": (0.0, None),
+              "max_avg_word_length": (0.0, None), "max_symbol_word_ratio": (0.0, None),
+              "max_bullet_lines_ratio": (0.0, 1.0), "max_ellipsis_lines_ratio": (0.0, 1.0),
+              "max_non_alpha_words_ratio": (0.0, 1.0), "min_stop_words": (0, None)}
 
 
 def _memo(known: dict[str, bool], words: list[str], test: Callable[[str], bool]) -> list[bool]:
@@ -385,6 +398,8 @@ class FineWebQualityConfig(PerLanguage):
     """Drop above this fraction of characters in repeated lines (FineWeb-2: 0.1)."""
     new_line_ratio: float = 0.3
     """Drop above this many line breaks per word."""
+    ranges = {"line_punct_thr": (0.0, 1.0), "short_line_thr": (0.0, None), "short_line_length": (0, None),
+              "char_duplicates_ratio": (0.0, 1.0), "new_line_ratio": (0.0, None)}
 
 
 class FineWebQuality(LanguageFilter):
@@ -429,6 +444,7 @@ class C4QualityConfig(PerLanguage):
     """Remove lines with fewer words (split at whitespace; -1: off)."""
     max_word_length: int = 1000
     """Remove lines with a longer word (-1: off)."""
+    ranges = {"min_num_sentences": (-1, None), "min_words_per_line": (-1, None), "max_word_length": (-1, None)}
     filter_lorem_ipsum: bool = True
     """Drop documents with "lorem ipsum"."""
     filter_javascript: bool = True

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -17,6 +19,53 @@ from typing import Any, Callable
 import yaml
 
 from .errors import UserError
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as a config needs it: booleans are ``true`` and ``false`` only (YAML 1.2; in YAML 1.1
+    ``no``, Norwegian's language code, is false), and a key given twice in one mapping is an error
+    (not the last one winning)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+                                   for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` read as YAML by :class:`_Loader`; a mapping key that is not a string (``1:``) is a
+    yaml.YAMLError too."""
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    _check_keys(data)
+    return data
+
+
+def _check_keys(data: Any, where: str = "") -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise yaml.YAMLError(f"the key {key!r}{f' under {where}' if where else ''} is not a name")
+            _check_keys(value, f"{where}.{key}" if where else key)
+    elif isinstance(data, list):
+        for value in data:
+            _check_keys(value, where)
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong, and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None)))) or str(exc)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:
@@ -44,13 +93,14 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping, got {value!r}")
         return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
-        try:
-            return float(value)
+    if hint is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:  # (YAML 1.1 reads 1e-4, no dot, as a string)
+            number = float(value)
         except ValueError:
             raise UserError(f"{where}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):  # a NaN passes every range check
+            raise UserError(f"{where}: expected a finite number, got {value!r}")
+        return number
     if hint is bool and not isinstance(value, bool) or hint is not bool and isinstance(value, bool):
         raise UserError(f"{where}: expected {hint.__name__}, got {value!r}")
     if not isinstance(value, hint):
@@ -166,11 +216,13 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 def read_yaml(path: str) -> dict[str, Any]:
     """A YAML config file's top-level mapping; a missing or malformed file is a UserError."""
     try:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        loaded = load_yaml(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"config {path}: no such file") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"config {path}: not valid YAML: {yaml_error(exc)}") from None
     if not isinstance(loaded or {}, dict):
         raise UserError(f"config {path}: expected a mapping at the top level")
     return loaded or {}
@@ -186,9 +238,9 @@ def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None
         if not sep or not key:
             raise UserError(f"--set {item!r}: expected key=value, e.g. section.key=value")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
+            value = load_yaml(raw)
+        except yaml.YAMLError as exc:
+            raise UserError(f"--set {item!r}: the value is not valid YAML: {yaml_error(exc)}") from None
         _set_dotted(data, key.strip(), value)
         _record(given, key.strip(), f"--set {item.strip()}")
     for key, value in (overrides or {}).items():
