@@ -11,7 +11,7 @@ from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import PATH_ERRORS, UserError, one_line
+from .util.errors import PATH_ERRORS, StepFailed, UserError, one_line
 from .output.layout import shard_pattern
 from .runners import prefork
 
@@ -247,7 +247,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _quiet_beam(record: logging.LogRecord) -> bool:
     """Hide the local Beam workers' start-up warnings relayed by the job service (errors still show),
-    and the warnings Beam logs when it starts and stops a job server (Prism, Flink's, Spark's)."""
+    the warnings Beam logs when it starts and stops a job server (Prism, Flink's, Spark's), and
+    Beam's logs of a step's failure, which the run ends with as one line (``StepFailed``)."""
+    if record.exc_info and isinstance(record.exc_info[1], StepFailed) or "StepFailed: step " in record.getMessage():
+        return False
     if record.name == "apache_beam.utils.subprocess_server":
         return not record.getMessage().startswith(("Really starting service", "Really destroying service"))
     return not (record.name == "apache_beam.runners.portability.local_job_service" and record.levelno < logging.ERROR)

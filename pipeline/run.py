@@ -35,7 +35,7 @@ from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relat
                               pipeline_options)
 from .steps.base import Step
 from .util import faults, locks
-from .util.errors import UserError
+from .util.errors import UserError, step_failure
 
 LOG = logging.getLogger(__name__)
 
@@ -385,6 +385,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             error = cloud_error(exc, cfg.runner) if isinstance(exc, Exception) else None
             if error is not None:
                 raise error from None
+            if isinstance(exc, Exception) and (failure := step_failure(exc)):
+                raise UserError(f"{failure}; the output is left as it was") from None
             raise
         finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
             gc.set_threshold(*collector)

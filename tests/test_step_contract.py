@@ -182,3 +182,77 @@ def test_a_step_takes_each_chunk_in_its_order_key_and_the_results_do_not_change(
     assert len({script_block(d) for d in docs}) >= 5
     assert ordered == plain and len(plain) > 100
     assert ordered_counts == plain_counts and dict(plain_counts)[("lid", "documents_out")] == len(plain)
+
+
+BROKEN_STEPS = '''
+"""Steps that break the contract, each in its own way."""
+import dataclasses
+
+from pipeline.steps.base import Drop, Step
+
+
+@dataclasses.dataclass
+class NoConfig:
+    pass
+
+
+class RaisesOnOne(Step):
+    name = "raises_on_one"
+    Config = NoConfig
+
+    def __call__(self, doc):
+        if doc["id"] == TARGET:
+            raise ValueError("cannot handle this page")
+        return doc
+
+
+class GivesNone(Step):
+    name = "gives_none"
+    Config = NoConfig
+
+    def __call__(self, doc):
+        return None
+
+
+class GivesOneTooFew(Step):
+    name = "gives_one_too_few"
+    Config = NoConfig
+
+    def apply_chunk(self, docs):
+        return docs[:-1]
+
+
+class DropsUndeclared(Step):
+    name = "drops_undeclared"
+    Config = NoConfig
+
+    def __call__(self, doc):
+        return Drop("whatever")
+'''
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(tmp_path, workers):
+    """A step that raises on one document, gives what is not a document or a Drop, gives fewer
+    results than documents, or drops for an undeclared reason: one line naming the step and the
+    document (a 170-line traceback in the writer, a bare zip() error, or a silent count, before),
+    in the driver's process and from worker processes; the output keeps what it held."""
+    from pipeline.readers.files import read_file
+    from pipeline.config import ReadConfig
+
+    wet = sorted((ROOT / "tests/data/sample/wet").glob("*.warc.wet.gz"))[0]
+    target = [d["id"] for d in read_file(str(wet), ReadConfig()) if isinstance(d, dict)][100]
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "broken.py").write_text(BROKEN_STEPS.replace("TARGET", repr(target)), encoding="utf-8")
+    (tmp_path / "profile.yaml").write_text(
+        f"input: [{wet}]\nbeam_options: {'[]' if workers == 1 else '[--direct_num_workers=2, --direct_running_mode=multi_processing]'}\n",
+        encoding="utf-8")
+    cases = {"RaisesOnOne": f"step raises_on_one failed on document {target} of {wet}: ValueError: cannot handle this page",
+             "GivesNone": "step gives_none gave None for document <urn:uuid:",
+             "GivesOneTooFew": "step gives_one_too_few gave 255 results for 256 documents",
+             "DropsUndeclared": "for 'whatever', which it does not declare in `counters`"}
+    for cls, message in cases.items():
+        done = run(tmp_path, "out", "--set", f"steps=[dedup, lid, 'broken:{cls}']")
+        assert done.returncode == 2 and done.stderr.startswith(f"error: ") and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -322,7 +322,25 @@ def _run_worker(env: dict[str, str]) -> None:
     threshold = env.get(MMAP_THRESHOLD_ENV)
     if threshold is not None:  # glibc read its environment when the fork server started, maybe without it
         getattr(ctypes.CDLL(None), "mallopt", lambda *_: 0)(M_MMAP_THRESHOLD, int(threshold))
+    sys.stderr = _WithoutStepFailures(sys.stderr)
     sdk_worker_main.main(sys.argv)
+
+
+class _WithoutStepFailures:
+    """A worker's standard error without the traceback Beam prints there when a step failed: the run
+    ends with that failure as one line (``util.errors.StepFailed``)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.dropped = stream, False
+
+    def write(self, text: str) -> int:
+        dropped, self.dropped = self.dropped, "StepFailed: step " in text
+        if self.dropped or dropped and text == "\n":  # (print's line end comes as a write of its own)
+            return len(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 class ForkedWorker:

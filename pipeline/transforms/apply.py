@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from ..steps.base import Document, Drop, Step
+from ..util.errors import StepFailed
 from ..util.memory import OwnArena
 from .counting import CountingDoFn
 
@@ -76,18 +77,48 @@ class ApplyStep(CountingDoFn):
         if step.order_key is not None:
             self.waiting.sort(key=step.order_key)
         assert self.arena is not None, "a DoFn runs after its setup"
-        for doc, result in zip(self.waiting, self.arena.run(step.apply_chunk, self.waiting), strict=True):
+        try:
+            results = self.arena.run(step.apply_chunk, self.waiting)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        if len(results) != len(self.waiting):
+            raise StepFailed(f"step {step.name} gave {len(results)} results for {len(self.waiting)} documents "
+                             "(apply_chunk gives one per document, in their order)")
+        for doc, result in zip(self.waiting, results):
             if isinstance(result, Drop):
+                if result.reason.split("/", 1)[0] not in step.counters:
+                    raise StepFailed(f"step {step.name} dropped document {_named(doc)} for {result.reason!r}, which "
+                                     "it does not declare in `counters`")
                 self.count(result.reason)
                 lang = result.lang or doc.get("lang")
                 if lang:  # per language where there is one (the report's funnel)
                     self.count(f"{result.reason}/{lang}")
                 if self.write_removed:
                     out.append(beam.pvalue.TaggedOutput(REMOVED, removed_record(doc, result.reason)))
-            else:
+            elif isinstance(result, dict):
                 self.count("documents_out")
                 out.append(result)
+            else:
+                raise StepFailed(f"step {step.name} gave {result!r:.80} for document {_named(doc)}: a step gives the "
+                                 "document (a dict) or a Drop")
         for name, n in sorted(step.take_counts().items()):
             self.count(name, n)
         self.waiting = []
         return out
+
+    def _failure(self, exc: Exception) -> StepFailed:
+        """What a step raised on a chunk, put on the first document that it raises on alone."""
+        assert self.arena is not None
+        for doc in self.waiting:
+            try:
+                self.arena.run(self.applied.apply_chunk, [doc])
+            except Exception as alone:  # noqa: BLE001 (the step's own error, named)
+                return StepFailed(f"step {self.applied.name} failed on document {_named(doc)}: "
+                                  f"{type(alone).__name__}: {alone}")
+        return StepFailed(f"step {self.applied.name} failed on a chunk of {len(self.waiting)} documents, from "
+                          f"{_named(self.waiting[0])} on: {type(exc).__name__}: {exc}")
+
+
+def _named(doc: Document) -> str:
+    """A document as an error names it: its id and the file it came from."""
+    return f"{doc.get('id')} of {doc.get('source')}"

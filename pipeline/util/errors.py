@@ -1,6 +1,8 @@
 """Errors caused by the user's input or configuration: the CLI prints them as one line."""
 from __future__ import annotations
 
+import re
+
 PATH_ERRORS = (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 """What the operating system says of a path of the wrong kind (a file where a folder must be, or
 the other way round) or one that may not be written: the user's paths, reported as one line."""
@@ -21,3 +23,24 @@ def one_line(exc: Exception) -> str:
         meaning = _MEANING.get(type(exc))
         return f"error: {paths}: {exc.strerror}" + (f" ({meaning})" if meaning else "")
     return f"error: {exc}"
+
+
+class StepFailed(Exception):
+    """A step that raised on a document, or gave what a step may not: the message names the step
+    and the document, and the run ends with it as its one line (:func:`step_failure`)."""
+
+
+_STEP_FAILED = re.compile(r"StepFailed: (step .*?)(?: \[while running .*)?$", re.MULTILINE)
+
+
+def step_failure(exc: BaseException) -> str | None:
+    """The message of the :class:`StepFailed` that ended a run, wherever the runner put it: the
+    exception itself or one it was raised from (a worker in the driver's process), or the text of
+    the error a worker process sent back; None where there is none."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StepFailed):
+            return str(seen).split(" [while running")[0]
+        seen = seen.__cause__ or seen.__context__
+    found = _STEP_FAILED.search(str(exc))
+    return found.group(1) if found else None
