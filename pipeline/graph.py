@@ -27,6 +27,7 @@ from .transforms.apply import REMOVED, ApplyStep
 from .transforms.counting import MAIN, Counted, total_counts
 from .transforms.dedup import ReadAndDedup
 from .transforms.write import NO_STATS, AsTables, WriteCorpus, WriteRecords
+from .util.errors import contained
 
 
 INPUT_LABEL = "Files"  # the Create of the input files (their index and path)
@@ -87,7 +88,8 @@ def run_info(cfg: CorpusConfig, n_files: int, scratch: str = "") -> RunInfo:
 def build_steps(cfg: CorpusConfig, n_files: int) -> list[Step]:
     """The active steps of the config, in order (not yet prepared: see ``Step.prepare``)."""
     run = run_info(cfg, n_files)
-    return [cls(cfg.section(cls.name), run) for cls in cfg.active_step_classes()]
+    return [contained(f"step {cls.name}: building it", cls, cfg.section(cls.name), run)
+            for cls in cfg.active_step_classes()]
 
 
 def composite(step: Step, *args: Any) -> beam.PTransform:

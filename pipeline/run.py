@@ -35,7 +35,7 @@ from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relat
                               pipeline_options)
 from .steps.base import Step
 from .util import faults, locks
-from .util.errors import UserError, step_failure
+from .util.errors import UserError, contained, step_failure
 
 LOG = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
         for what, path in step.store_paths().items():
             stores.check(path, what, options)
     for step in steps:
-        step.prepare()
+        contained(f"step {step.name}: prepare()", step.prepare)
 
 
 def preload_fits(options: PipelineOptions, runner: str) -> bool:

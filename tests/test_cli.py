@@ -208,6 +208,8 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
     ]:
         with pytest.raises(UserError, match=re.escape(message)):
             load_config(str(config), sets=sets)
+    with pytest.raises(UserError, match=re.escape("--set near_dedup.bogus.x=1: unknown config key 'near_dedup.bogus'")):
+        load_config(str(config), sets=["near_dedup.bogus.x=1"])  # (was blamed on the file)
     norwegian = load_config(str(config), sets=["lid.thresholds={no: 0.9}", "gopher_repetition.languages={no: {dup_line_frac: 0.2}}"])
     assert norwegian.sections["lid"].thresholds == {"no": 0.9}
     assert norwegian.sections["gopher_repetition"].for_language("no").dup_line_frac == 0.2

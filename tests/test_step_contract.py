@@ -228,6 +228,40 @@ class DropsUndeclared(Step):
 
     def __call__(self, doc):
         return Drop("whatever")
+
+
+@dataclasses.dataclass
+class Where:
+    where: str = "setup"
+
+
+class RaisesIn(Step):
+    """Raises in its __init__, prepare or setup, as its config says."""
+    name = "raises_in"
+    Config = Where
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.fail("__init__")
+
+    def fail(self, where):
+        if self.cfg.where == where:
+            raise RuntimeError(f"no model here ({where})")
+
+    def prepare(self):
+        self.fail("prepare")
+
+    def setup(self):
+        self.fail("setup")
+
+
+class NamedLikeLid(Step):
+    name = "lid"
+    Config = NoConfig
+
+
+class Unnamed(Step):
+    Config = NoConfig
 '''
 
 
@@ -236,7 +270,8 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
     """A step that raises on one document, gives what is not a document or a Drop, gives fewer
     results than documents, or drops for an undeclared reason: one line naming the step and the
     document (a 170-line traceback in the writer, a bare zip() error, or a silent count, before),
-    in the driver's process and from worker processes; the output keeps what it held."""
+    in the driver's process and from worker processes; the output keeps what it held. So is a
+    step whose setup, __init__ or prepare raises, or that takes a built-in's name or sets none."""
     from pipeline.readers.files import read_file
     from pipeline.config import ReadConfig
 
@@ -250,9 +285,17 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
     cases = {"RaisesOnOne": f"step raises_on_one failed on document {target} of {wet}: ValueError: cannot handle this page",
              "GivesNone": "step gives_none gave None for document <urn:uuid:",
              "GivesOneTooFew": "step gives_one_too_few gave 255 results for 256 documents",
-             "DropsUndeclared": "for 'whatever', which it does not declare in `counters`"}
-    for cls, message in cases.items():
-        done = run(tmp_path, "out", "--set", f"steps=[dedup, lid, 'broken:{cls}']")
+             "DropsUndeclared": "for 'whatever', which it does not declare in `counters`",
+             "RaisesIn": "step raises_in: setup() failed on a worker: RuntimeError: no model here (setup)"}
+    if workers == 1:  # the driver's side
+        cases |= {"RaisesIn where=__init__": "step raises_in: building it failed: RuntimeError: no model here (__init__)",
+                  "RaisesIn where=prepare": "step raises_in: prepare() failed: RuntimeError: no model here (prepare)",
+                  "NamedLikeLid": "its name 'lid' is a built-in step's; give it a name of its own",
+                  "Unnamed": "has a Step subclass 'Unnamed' that sets no `name`"}
+    for case, message in cases.items():
+        cls, _, where = case.partition(" where=")
+        done = run(tmp_path, "out", "--set", f"steps=[dedup, lid, 'broken:{cls}']",
+                   *(["--set", f"raises_in.where={where}"] if where else []))
         assert done.returncode == 2 and done.stderr.startswith(f"error: ") and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

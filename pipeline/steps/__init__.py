@@ -9,6 +9,7 @@ import it, as with any Beam user code.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import importlib
@@ -53,10 +54,18 @@ def resolve(name: str) -> type[Step]:
         raise UserError(f"unknown step {name!r}{closest(name, sorted(known))}; steps: {', '.join(sorted(known))}")
     try:
         module = importlib.import_module(module_name)
-    except (ImportError, SyntaxError) as exc:  # missing, or a module with broken code
+    except Exception as exc:  # noqa: BLE001 (missing, broken code, or code that raises as it is imported)
         raise UserError(f"step {name!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
     candidates = [c for c in _steps_of(module) if not class_name or c.__name__ == class_name]
     if len(candidates) != 1:
-        what = f"no Step subclass {class_name!r}" if class_name else f"{len(candidates)} Step subclasses (name one: {name}:Class)"
+        unnamed = isinstance(found := getattr(module, class_name, None), type) and issubclass(found, Step)
+        what = (f"a Step subclass {class_name!r} that sets no `name` (its name in steps:)" if unnamed else
+                f"no Step subclass {class_name!r}" if class_name else
+                f"{len(candidates)} Step subclasses (name one: {name}:Class)")
         raise UserError(f"step {name!r}: module {module_name} has {what}")
-    return candidates[0]
+    cls = candidates[0]
+    if cls.name in known:
+        raise UserError(f"step {name!r}: its name {cls.name!r} is a built-in step's; give it a name of its own")
+    if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
+        raise UserError(f"step {name!r}: {cls.__name__}.Config must be a dataclass (the step's config section)")
+    return cls

@@ -48,7 +48,10 @@ class ApplyStep(CountingDoFn):
 
     def setup(self) -> None:
         self.arena = OwnArena()
-        self.arena.run(self.applied.setup)
+        try:
+            self.arena.run(self.applied.setup)
+        except Exception as exc:
+            raise StepFailed(f"step {self.applied.name}: setup() failed on a worker: {type(exc).__name__}: {exc}") from exc
 
     def teardown(self) -> None:
         if self.arena is not None:

@@ -123,13 +123,14 @@ class Source:
         return f"{where} with {' '.join(sets)}" if sets else where
 
     def of(self, key: str) -> str:
-        """What gave ``key`` or a section above it on the command line, else the file."""
+        """What gave ``key``, a section above it or a key below it on the command line, else the file."""
         parts = key.split(".")
         for end in range(len(parts), 0, -1):
             given = self.given.get(".".join(parts[:end]))
             if given is not None:
                 return given
-        return self.path or "command line"
+        below = [given for name, given in self.given.items() if name.startswith(key + ".")]
+        return below[-1] if below else self.path or "command line"
 
 
 def _record(given: dict[str, str], key: str, what: str) -> None:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 PATH_ERRORS = (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 """What the operating system says of a path of the wrong kind (a file where a folder must be, or
@@ -10,6 +13,17 @@ the other way round) or one that may not be written: the user's paths, reported 
 
 class UserError(Exception):
     """A mistake in a path, a file or a config value; the message names it."""
+
+
+def contained(what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, where what it raises but a UserError becomes one naming ``what`` (a step's own
+    code, a plugin's say, run on the driver before any work)."""
+    try:
+        return fn(*args)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"{what} failed: {type(exc).__name__}: {exc}") from None
 
 
 _MEANING = {FileExistsError: "a file where a folder is needed", NotADirectoryError: "a file where a folder is needed",
