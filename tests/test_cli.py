@@ -210,6 +210,9 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
             load_config(str(config), sets=sets)
     with pytest.raises(UserError, match=re.escape("--set near_dedup.bogus.x=1: unknown config key 'near_dedup.bogus'")):
         load_config(str(config), sets=["near_dedup.bogus.x=1"])  # (was blamed on the file)
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\nlid:\nread:\n")  # sections left empty: defaults
+    assert load_config(str(config), sets=["lid.threshold=0.3"]).sections["lid"].threshold == 0.3
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid, gopher_repetition, fineweb_quality]\n")
     norwegian = load_config(str(config), sets=["lid.thresholds={no: 0.9}", "gopher_repetition.languages={no: {dup_line_frac: 0.2}}"])
     assert norwegian.sections["lid"].thresholds == {"no": 0.9}
     assert norwegian.sections["gopher_repetition"].for_language("no").dup_line_frac == 0.2

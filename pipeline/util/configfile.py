@@ -146,7 +146,10 @@ def source_of(source: Source | str, key: str) -> str:
 
 
 def build_dataclass(cls: type, data: Any, source: Source | str, prefix: str = "") -> Any:
-    """``cls`` built from a mapping, recursing into nested dataclasses; unknown keys and wrong types are UserErrors."""
+    """``cls`` built from a mapping, recursing into nested dataclasses; unknown keys and wrong types
+    are UserErrors. A section left empty (``lid:`` with nothing under it) has its defaults."""
+    if data is None and prefix:
+        data = {}
     if not isinstance(data, dict):
         section = prefix.rstrip(".")
         raise UserError(f"{source_of(source, section)}: {section or 'the config'} must be a mapping, got {data!r}")
@@ -209,7 +212,9 @@ def _get(cfg: Any, dotted: str) -> Any:
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     for part in parents:
-        data = data.setdefault(part, {})
+        if data.get(part) is None:  # (a section left empty in the file)
+            data[part] = {}
+        data = data[part]
         if not isinstance(data, dict):
             raise UserError(f"--set {dotted}: {part} is not a section")
     data[leaf] = value
