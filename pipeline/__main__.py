@@ -6,12 +6,13 @@ import atexit
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import PATH_ERRORS, StepFailed, UserError, one_line
+from .util.errors import DEBUG_ENV, PATH_ERRORS, StepFailed, UserError, one_line
 from .output.layout import shard_pattern
 from .runners import prefork
 
@@ -249,7 +250,12 @@ def _quiet_beam(record: logging.LogRecord) -> bool:
     """Hide the local Beam workers' start-up warnings relayed by the job service (errors still show),
     the warnings Beam logs when it starts and stops a job server (Prism, Flink's, Spark's), and
     Beam's logs of a step's failure, which the run ends with as one line (``StepFailed``)."""
-    if record.exc_info and isinstance(record.exc_info[1], StepFailed) or "StepFailed: step " in record.getMessage():
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 (a call with the wrong arguments: logging reports it)
+        return True
+    if os.environ.get(DEBUG_ENV) != "1" and (
+            record.exc_info and isinstance(record.exc_info[1], StepFailed) or "StepFailed: step " in message):
         return False
     if record.name == "apache_beam.utils.subprocess_server":
         return not record.getMessage().startswith(("Really starting service", "Really destroying service"))
@@ -269,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](args, extra)
     except (UserError, *PATH_ERRORS) as exc:
+        if os.environ.get(DEBUG_ENV) == "1":  # what raised it, where a step's code did
+            traceback.print_exc()
         print(one_line(exc), file=sys.stderr)
         return 2
 

@@ -386,7 +386,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             if error is not None:
                 raise error from None
             if isinstance(exc, Exception) and (failure := step_failure(exc)):
-                raise UserError(f"{failure}; the output is left as it was") from None
+                raise UserError(f"{failure}; the output is left as it was") from exc  # (its traceback: DEBUG_ENV)
             raise
         finally:  # Beam removes its own temporary folder in run(), not where the graph failed to build
             gc.set_threshold(*collector)

@@ -213,6 +213,11 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
     config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\nlid:\nread:\n")  # sections left empty: defaults
     assert load_config(str(config), sets=["lid.threshold=0.3"]).sections["lid"].threshold == 0.3
     config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid, gopher_repetition, fineweb_quality]\n")
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid, gopher_quality]\ngopher_quality:\n  languages:\n"
+                      "    de: &g {max_doc_words: 5000, min_doc_words: 10}\n    nl: {<<: *g, max_doc_words: 1000}\n")
+    merged = load_config(str(config)).sections["gopher_quality"].for_language("nl")  # YAML merge keys, overridden
+    assert (merged.max_doc_words, merged.min_doc_words) == (1000, 10)
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid, gopher_repetition, fineweb_quality]\n")
     norwegian = load_config(str(config), sets=["lid.thresholds={no: 0.9}", "gopher_repetition.languages={no: {dup_line_frac: 0.2}}"])
     assert norwegian.sections["lid"].thresholds == {"no": 0.9}
     assert norwegian.sections["gopher_repetition"].for_language("no").dup_line_frac == 0.2
@@ -221,6 +226,8 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
         ("1: foo\n", "the key 1 is not a name"),
         ("lid: {thresholds: {2: 0.5}}\n", "the key 2 under lid.thresholds is not a name"),
         ("steps: [dedup, lid\nlid: {}\n", "expected ',' or ']', but got ':' (line 4, column 4)"),
+        ("? [a]\n: 1\n", "the key ['a'] is not a name"),
+        ("a: &x [*x]\n", "a holds itself"),
     ]:
         config.write_text("input: x.wet.gz\noutput: out\n" + text)
         with pytest.raises(UserError, match=f"^config {re.escape(str(config))}: not valid YAML: .*{re.escape(message)}"):

@@ -255,6 +255,15 @@ class RaisesIn(Step):
         self.fail("setup")
 
 
+class GivesAGenerator(Step):
+    """Not broken: one result per document, as a generator."""
+    name = "gives_a_generator"
+    Config = NoConfig
+
+    def apply_chunk(self, docs):
+        return (doc for doc in docs)
+
+
 class NamedLikeLid(Step):
     name = "lid"
     Config = NoConfig
@@ -292,6 +301,7 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
                   "RaisesIn where=prepare": "step raises_in: prepare() failed: RuntimeError: no model here (prepare)",
                   "NamedLikeLid": "its name 'lid' is a built-in step's; give it a name of its own",
                   "Unnamed": "has a Step subclass 'Unnamed' that sets no `name`"}
+    assert run(tmp_path, "ok", "--set", "steps=[dedup, lid, 'broken:GivesAGenerator']").returncode == 0
     for case, message in cases.items():
         cls, _, where = case.partition(" where=")
         done = run(tmp_path, "out", "--set", f"steps=[dedup, lid, 'broken:{cls}']",
@@ -299,3 +309,10 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
         assert done.returncode == 2 and done.stderr.startswith(f"error: ") and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    os.environ["POLYGLOT_DEBUG"] = "1"  # what raised it, in the step's own code
+    try:
+        done = run(tmp_path, "out", "--set", "steps=[dedup, lid, 'broken:RaisesOnOne']")
+    finally:
+        del os.environ["POLYGLOT_DEBUG"]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: step raises_on_one failed on document")
+    assert 'raise ValueError("cannot handle this page")' in done.stderr

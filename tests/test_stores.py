@@ -208,6 +208,16 @@ def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_
             held.check()
         held.release()  # (another run's lease is not deleted)
         assert bucket.keys("leases/") == (["leases/_lease-0123456789ab.json"] if taken else [])
+    held = lease.Lease(bucket.url("leases/_staging-0123456789ab"), renew_s=0.1)
+    open_read = fs.open_read
+    monkeypatch.setattr(lease.fs, "open_read", lambda path: (_ for _ in ()).throw(OSError("503 Slow Down")))
+    time.sleep(2.0)  # reads that fail, retries included (a store that throttles): no renewal, but not lost
+    monkeypatch.setattr(lease.fs, "open_read", open_read)
+    stalled = held.renewed
+    time.sleep(2.0)
+    assert not held.lost and held.renewed > stalled
+    held.check()
+    held.release()
     fill(bucket, files[:1], lms, cutoffs)
     assert store_run(bucket) == 0
     before = bucket.digests("corpus/")

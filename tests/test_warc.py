@@ -336,6 +336,7 @@ def test_a_page_the_http_layer_cannot_decode_ends_that_record_only(sample, monke
                                 **html)), "warc", "x.warc.gz")
     cases = {
         "charset": http_headers(head, Content_Type="text/html; charset=x-no-such-charset") + body,
+        "bytes codec": http_headers(head, Content_Type="text/html; charset=base64") + body,  # no text encoding
         "br": http_headers(head, Content_Encoding="br") + brotli.compress(body),
         "broken br": http_headers(head, Content_Encoding="br") + body,
     }
@@ -345,6 +346,7 @@ def test_a_page_the_http_layer_cannot_decode_ends_that_record_only(sample, monke
         return [(d["title"], d["text"]) for d in docs_of(results)]
 
     assert page(results["charset"]) == page(plain) and page(results["br"]) == page(plain) and page(plain)
+    assert page(results["bytes codec"]) == page(plain)
     assert [r.reason for r in results["charset"] if isinstance(r, Note)] == ["http_charset_unknown"]
     assert [r.reason for r in results["br"] if isinstance(r, Note)] == []
     assert [r.reason for r in results["broken br"] if isinstance(r, Note)] == ["http_content_encoding_broken_br"]

@@ -84,7 +84,9 @@ class Lease:
         while not self._stop.wait(self.renew_s):
             try:
                 found = read(self.path)
-                if found is None or found.get("token") != self.token:
+                if found is not None and "token" not in found:  # could not be read: no renewal this time
+                    raise OSError("the lease could not be read back")
+                if found is None or found["token"] != self.token:
                     self.lost = "another run removed or took it"
                 elif time.monotonic() - self.renewed >= EXPIRES_S:
                     self.lost = f"not renewed for {time.monotonic() - self.renewed:.0f} s"

@@ -64,10 +64,12 @@ _WHOLE = Member(0, 0, b"")  # what a record of the fast path is read from: a com
 
 
 class _Buffered:
-    """A byte stream read in chunks, with the file offset of the current position."""
+    """A byte stream read in chunks, with the file offset of the current position. The buffer is a
+    bytearray, grown and cut in place: a member kept whole while it is inflated (``more(keep_from)``)
+    is not copied again at every chunk."""
 
     def __init__(self, stream: BinaryIO) -> None:
-        self.stream, self.buf, self.pos, self.base, self.eof = stream, b"", 0, 0, False
+        self.stream, self.buf, self.pos, self.base, self.eof = stream, bytearray(), 0, 0, False
 
     @property
     def offset(self) -> int:
@@ -86,7 +88,9 @@ class _Buffered:
             return False
         drop = self.pos if keep_from is None else min(self.pos, keep_from - self.base)
         self.base += drop
-        self.buf, self.pos = self.buf[drop:] + chunk, self.pos - drop
+        del self.buf[:drop]
+        self.buf += chunk
+        self.pos -= drop
         return True
 
     def skip_to_magic(self) -> int:
@@ -126,9 +130,9 @@ def iter_gzip_members(stream: BinaryIO, base: int = 0) -> Iterator[Member]:
                     yield Member(start, src.offset - start, b"".join(parts), "truncated",
                                  "file ends inside this gzip member")
                     return
-                window = memoryview(src.buf)[src.pos:src.pos + WINDOW]
-                parts.append(inflater.decompress(window))
-                src.pos += len(window) - len(inflater.unused_data)
+                with memoryview(src.buf) as view, view[src.pos:src.pos + WINDOW] as window:  # (released: the
+                    parts.append(inflater.decompress(window))                           # buffer then grows)
+                    src.pos += len(window) - len(inflater.unused_data)
         except zlib.error as exc:
             # resume scanning one byte after this member's start (kept in the buffer by more())
             src.pos = start - src.base + 1
@@ -499,11 +503,11 @@ def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
 
 
 def _known_charset(name: str) -> bool:
+    """Whether ``name`` is a text encoding Python has (not a bytes-to-bytes codec such as ``base64``)."""
     try:
-        codecs.lookup(name)
+        return getattr(codecs.lookup(name), "_is_text_encoding", True)
     except LookupError:
         return False
-    return True
 
 
 def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]:

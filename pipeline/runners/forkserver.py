@@ -81,7 +81,7 @@ from apache_beam.runners.worker import data_plane
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
-from ..util.errors import UserError
+from ..util.errors import DEBUG_ENV, UserError
 from .prefork import FORKSERVER, WORKER_MODULES, raise_gc_threshold, start_fork_server
 
 LOG = logging.getLogger(__name__)
@@ -322,7 +322,8 @@ def _run_worker(env: dict[str, str]) -> None:
     threshold = env.get(MMAP_THRESHOLD_ENV)
     if threshold is not None:  # glibc read its environment when the fork server started, maybe without it
         getattr(ctypes.CDLL(None), "mallopt", lambda *_: 0)(M_MMAP_THRESHOLD, int(threshold))
-    sys.stderr = _WithoutStepFailures(sys.stderr)
+    if os.environ.get(DEBUG_ENV) != "1":
+        sys.stderr = _WithoutStepFailures(sys.stderr)
     sdk_worker_main.main(sys.argv)
 
 

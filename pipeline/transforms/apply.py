@@ -2,7 +2,7 @@
 documents, counts its drops and what it counted, and sends dropped documents to ``removed``."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -81,9 +81,9 @@ class ApplyStep(CountingDoFn):
             self.waiting.sort(key=step.order_key)
         assert self.arena is not None, "a DoFn runs after its setup"
         try:
-            results = self.arena.run(step.apply_chunk, self.waiting)
+            results = self.arena.run(_listed, step.apply_chunk, self.waiting)
         except Exception as exc:
-            raise self._failure(exc) from exc
+            raise self._failure(exc)  # noqa: B904 (its cause: what the step raised on the document alone)
         if len(results) != len(self.waiting):
             raise StepFailed(f"step {step.name} gave {len(results)} results for {len(self.waiting)} documents "
                              "(apply_chunk gives one per document, in their order)")
@@ -112,14 +112,23 @@ class ApplyStep(CountingDoFn):
     def _failure(self, exc: Exception) -> StepFailed:
         """What a step raised on a chunk, put on the first document that it raises on alone."""
         assert self.arena is not None
+        failure = None
         for doc in self.waiting:
             try:
-                self.arena.run(self.applied.apply_chunk, [doc])
+                self.arena.run(_listed, self.applied.apply_chunk, [doc])
             except Exception as alone:  # noqa: BLE001 (the step's own error, named)
-                return StepFailed(f"step {self.applied.name} failed on document {_named(doc)}: "
-                                  f"{type(alone).__name__}: {alone}")
-        return StepFailed(f"step {self.applied.name} failed on a chunk of {len(self.waiting)} documents, from "
-                          f"{_named(self.waiting[0])} on: {type(exc).__name__}: {exc}")
+                exc, failure = alone, StepFailed(f"step {self.applied.name} failed on document {_named(doc)}: "
+                                                 f"{type(alone).__name__}: {alone}")
+                break
+        failure = failure or StepFailed(f"step {self.applied.name} failed on a chunk of {len(self.waiting)} "
+                                        f"documents, from {_named(self.waiting[0])} on: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc  # (its traceback, with POLYGLOT_DEBUG=1)
+        return failure
+
+
+def _listed(apply_chunk: Callable[[list[Document]], Iterable[Any]], docs: list[Document]) -> list[Any]:
+    """What ``apply_chunk`` gives, as a list (a step may give a generator)."""
+    return list(apply_chunk(docs))
 
 
 def _named(doc: Document) -> str:

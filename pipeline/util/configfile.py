@@ -29,7 +29,11 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            if key_node.tag == "tag:yaml.org,2002:merge":  # (`<<: *anchor`: its keys may be given again)
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is not a name", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice", key_node.start_mark)
             seen.add(key)
@@ -50,15 +54,17 @@ def load_yaml(text: str) -> Any:
     return data
 
 
-def _check_keys(data: Any, where: str = "") -> None:
+def _check_keys(data: Any, where: str = "", inside: tuple[int, ...] = ()) -> None:
+    if id(data) in inside:  # (an anchor within itself)
+        raise yaml.YAMLError(f"{where or 'the config'} holds itself")
     if isinstance(data, dict):
         for key, value in data.items():
             if not isinstance(key, str):
                 raise yaml.YAMLError(f"the key {key!r}{f' under {where}' if where else ''} is not a name")
-            _check_keys(value, f"{where}.{key}" if where else key)
+            _check_keys(value, f"{where}.{key}" if where else key, (*inside, id(data)))
     elif isinstance(data, list):
         for value in data:
-            _check_keys(value, where)
+            _check_keys(value, where, (*inside, id(data)))
 
 
 def yaml_error(exc: yaml.YAMLError) -> str:

@@ -11,6 +11,11 @@ PATH_ERRORS = (FileExistsError, NotADirectoryError, IsADirectoryError, Permissio
 the other way round) or one that may not be written: the user's paths, reported as one line."""
 
 
+DEBUG_ENV = "POLYGLOT_DEBUG"
+"""Set to 1: an error line comes with the traceback of what raised it (a step's own code, say), and
+Beam's logs of a step's failure are kept."""
+
+
 class UserError(Exception):
     """A mistake in a path, a file or a config value; the message names it."""
 
@@ -23,7 +28,7 @@ def contained(what: str, fn: Callable[..., T], *args: Any) -> T:
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{what} failed: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"{what} failed: {type(exc).__name__}: {exc}") from exc  # (its traceback: DEBUG_ENV)
 
 
 _MEANING = {FileExistsError: "a file where a folder is needed", NotADirectoryError: "a file where a folder is needed",
