@@ -270,10 +270,12 @@ def test_apply_step_runs_its_step_on_chunks_and_the_rest_at_bundle_end():
 
 def test_apply_step_sets_up_and_runs_its_step_in_one_thread_of_its_own_and_its_errors_reach_the_bundle():
     """The step's setup and every chunk run in one thread other than the bundle's (another malloc
-    arena than the documents'); what the step raises there is raised in the bundle's thread."""
+    arena than the documents'); what the step raises there is raised in the bundle's thread, named
+    (``StepFailed``: the step and the first document it raises on alone), with it as the cause."""
     import threading
 
     from pipeline.transforms.apply import ApplyStep
+    from pipeline.util.errors import StepFailed
 
     class Where(Odd):
         def setup(self):
@@ -297,8 +299,9 @@ def test_apply_step_sets_up_and_runs_its_step_in_one_thread_of_its_own_and_its_e
     assert len(step.threads) == 4 and len(set(step.threads)) == 1  # setup, two chunks, the (empty) rest
     assert step.threads[0] is not threading.current_thread()
     list(fn.process({"id": -1}))
-    with pytest.raises(ValueError, match="a bad document"):
+    with pytest.raises(StepFailed, match="^step odd failed on document -1 of None: ValueError: a bad document$") as failed:
         list(fn.process({"id": 5}))
+    assert isinstance(failed.value.__cause__, ValueError)
     fn.teardown()  # the thread ends with the DoFn
     step.threads[0].join(timeout=10)
     assert not step.threads[0].is_alive()
