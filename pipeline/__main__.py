@@ -258,7 +258,7 @@ def _quiet_beam(record: logging.LogRecord) -> bool:
             record.exc_info and isinstance(record.exc_info[1], StepFailed) or "StepFailed: step " in message):
         return False
     if record.name == "apache_beam.utils.subprocess_server":
-        return not record.getMessage().startswith(("Really starting service", "Really destroying service"))
+        return not message.startswith(("Really starting service", "Really destroying service"))
     return not (record.name == "apache_beam.runners.portability.local_job_service" and record.levelno < logging.ERROR)
 
 

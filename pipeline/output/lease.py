@@ -84,8 +84,9 @@ class Lease:
         while not self._stop.wait(self.renew_s):
             try:
                 found = read(self.path)
-                if found is not None and "token" not in found:  # could not be read: no renewal this time
-                    raise OSError("the lease could not be read back")
+                if found is not None and "token" not in found:  # could not be read back: no renewal this time
+                    LOG.warning("%s: could not read the run's lease back; trying again in %.0f s", self.path, self.renew_s)
+                    continue
                 if found is None or found["token"] != self.token:
                     self.lost = "another run removed or took it"
                 elif time.monotonic() - self.renewed >= EXPIRES_S:
