@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import difflib
 import gc
 import hashlib
 import json
@@ -224,6 +225,28 @@ def prepare_steps(steps: list[Step], options: PipelineOptions) -> None:
             stores.check(path, what, options)
     for step in steps:
         contained(f"step {step.name}: prepare()", step.prepare)
+    check_languages(steps)
+
+
+def check_languages(steps: list[Step]) -> None:
+    """Every language a step's config names (``languages_named``) is one that the step setting
+    ``lang`` before it can give (``lang_labels``): a value for a code it never gives, ``eng`` where
+    lid.176 gives ``en``, would never apply, so it is one error line naming the key."""
+    labels, setter = None, ""
+    for step in steps:
+        if "lang" in step.provides:
+            labels, setter = step.lang_labels(), step.name
+        if labels is None:
+            continue
+        for key, languages in step.languages_named().items():
+            for lang in languages:
+                if lang not in labels:
+                    close = difflib.get_close_matches(str(lang), sorted(labels), n=3)
+                    shown = sorted(labels)
+                    hint = (f"did you mean {' or '.join(map(repr, close))}?" if close else
+                            f"it gives {', '.join(shown[:8])}{', ...' if len(shown) > 8 else ''} ({len(shown)} in all)")
+                    raise UserError(f"{step.name}.{key}: {lang!r} is not a language that step {setter} gives "
+                                    f"(what is given for it would never apply); {hint}")
 
 
 def preload_fits(options: PipelineOptions, runner: str) -> bool:

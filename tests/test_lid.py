@@ -91,7 +91,8 @@ def test_broken_models_are_found_before_the_job(tmp_path):
                           ("truncated.ftz", "fastText cannot load it, the file is truncated or corrupt")]:
         with pytest.raises(UserError, match=message):
             check_model(str(tmp_path / name))
-    assert check_model(None) == default_model_path()
+    labels = check_model(None)  # lid.176's languages
+    assert len(labels) == 176 and {"en", "zh", "sw", "no"} <= labels
 
 
 def test_predict_equals_fasttexts_public_predict_and_numpys_round(lid, sample):

@@ -121,6 +121,44 @@ def test_a_profile_naming_steps_wrongly_is_one_line(sets, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("sets, message", [
+    (["lid.thresholds.eng=0.3"], "lid.thresholds: 'eng' is not a language that step lid gives (what is given for "
+                                 "it would never apply); did you mean 'en'?"),
+    (["steps=[dedup, lid, gopher_quality]", "gopher_quality.languages.zh_Hans.max_avg_word_length=5"],
+     "gopher_quality.languages: 'zh_Hans' is not a language that step lid gives"),
+    (["perplexity.languages=[de, deu]"], "perplexity.languages: 'deu' is not a language that step lid gives"),
+    (["perplexity.languages=[]"], "perplexity.models: 'deu' is not a language that step lid gives"),
+    (["lid.thresholds.unknown=0.3"], "lid.thresholds: 'unknown' is not a language that step lid gives"),
+    (["lid.below_threshold=unknown", "lid.thresholds.unknown=0.3"], None),  # then LID does give it
+    (["steps=[dedup, lid, fineweb_quality]", "fineweb_quality.languages.no.line_punct_thr=0.1"], None),
+])
+def test_a_language_the_lid_model_never_gives_is_one_line(sample_lms, tmp_path, sets, message):
+    """A per-language value, language list or language model named by a code LID's model never
+    gives (not among lid.176's labels) would silently never apply: after the steps are prepared,
+    one error line names the key."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.config import load_config
+    from pipeline.graph import build_steps
+    from pipeline.run import prepare_steps
+    from pipeline.util.errors import UserError
+
+    for name in ("de.sp.model", "de.arpa.bin"):  # German's models, also under an ISO 639-3 code
+        for lang in ("de", "deu"):
+            (tmp_path / name.replace("de", lang, 1)).symlink_to(sample_lms / name)
+    cfg = load_config(str(ROOT / "configs/corpus/sample.yaml"), {"output": "/tmp/x"},
+                      [f"perplexity.models={tmp_path}", "perplexity.languages=[de]", *sets])
+    steps = build_steps(cfg, 1)
+    if message is None:
+        prepare_steps(steps, PipelineOptions([]))
+        labels = next(step for step in steps if step.name == "lid").lang_labels()
+        assert len(labels - {"unknown"}) == 176 and {"en", "de", "no"} <= labels
+        return
+    with pytest.raises(UserError) as error:
+        prepare_steps(steps, PipelineOptions([]))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
 def test_near_dedup_before_lid_compares_across_languages():
     from pipeline.config import load_config
 

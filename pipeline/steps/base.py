@@ -19,11 +19,12 @@ profile's ``steps:`` list. It declares:
 
 Its life: ``__init__(cfg, run)`` keeps the config (cheap, no I/O); ``prepare()`` runs once on the
 driver before any work (check model files, read a cutoff table: a mistake is one
-:class:`UserError` line); the object is then pickled to every worker, where ``setup()`` loads
-models once; ``__call__(doc)`` returns the document
-(possibly changed) or a :class:`Drop` with its reason. The runner hands it documents a chunk at a
-time through ``apply_chunk(docs)``, which calls it per document unless the step overrides it to do
-the chunk at once (same results, in order). The runner counts drops (``reason`` and
+:class:`UserError` line; then every language its config names, ``languages_named()``, is checked
+against ``lang_labels()`` of the step that sets ``lang``); the object is then pickled to every
+worker, where ``setup()`` loads models once; ``__call__(doc)`` returns the document (possibly
+changed) or a :class:`Drop` with its reason. The runner hands it documents a chunk at a time
+through ``apply_chunk(docs)``, which calls it per document unless the step overrides it to do the
+chunk at once (same results, in order). The runner counts drops (``reason`` and
 ``reason/<lang>``) and kept documents (``documents_out``) and, with ``write.removed``, writes each
 dropped document with its reason to ``removed/<step>/``.
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Callable, ClassVar, Union
+from typing import Any, Callable, ClassVar, Iterable, Union
 
 CHUNK_DOCS = 256
 """Documents a step takes in a row by default (the runner's chunks; the reader's too)."""
@@ -139,6 +140,18 @@ class Step:
     def prepare(self) -> None:
         """Driver side, once, before any work: check model files, read small tables (a mistake is
         one :class:`UserError` line). What it sets travels to the workers with the step."""
+
+    def lang_labels(self) -> frozenset[str] | None:
+        """For a step that sets ``lang``: every value it can give it, known after ``prepare()``
+        (LID: its model's labels); None where it cannot tell."""
+        return None
+
+    def languages_named(self) -> dict[str, Iterable[str]]:
+        """``{config key: the languages it names}`` (per-language values, language lists): after
+        ``prepare()``, each is checked against the ``lang_labels()`` of the step that sets ``lang``
+        before this one (or this one itself), so that a code it never gives (``eng`` for lid.176's
+        ``en``) is an error rather than a value that silently never applies."""
+        return {}
 
     def setup(self) -> None:
         """Load models: once per worker process, before the first document."""

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 from ..output import fs
@@ -38,14 +38,17 @@ limit = 512 * 2**20 + 4 * os.path.getsize(sys.argv[1])  # a garbage header asks 
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 import fasttext
 fasttext.FastText.eprint = lambda *args, **kwargs: None
-fasttext.load_model(sys.argv[1]).predict("a check of the model")
+model = fasttext.load_model(sys.argv[1])
+model.predict("a check of the model")
+print("\\n".join(model.get_labels()))
 """
 
 
-def check_model(path: str | None) -> str:
-    """The model path to use, checked before a job starts: a fastText header, then a real load in a
-    child process (fastText's loader crashes the process on a truncated file, and throws
-    ``bad_alloc`` on a garbage body), so that a broken model is one error line, not a worker crash."""
+def check_model(path: str | None) -> frozenset[str]:
+    """The languages the model gives (its labels without ``__label__``), checked before a job
+    starts: a fastText header, then a real load in a child process (fastText's loader crashes the
+    process on a truncated file, and throws ``bad_alloc`` on a garbage body), so that a broken model
+    is one error line, not a worker crash."""
     path = path or default_model_path()
     if not fs.exists(path):
         raise UserError(f"lid.model {path}: no such file")
@@ -67,7 +70,7 @@ def check_model(path: str | None) -> str:
     if check.returncode != 0:
         how = f"killed by signal {-check.returncode}" if check.returncode < 0 else (check.stderr.strip().splitlines() or ["?"])[-1]
         raise UserError(f"lid.model {path}: fastText cannot load it, the file is truncated or corrupt ({how})")
-    return path
+    return frozenset(label.removeprefix(LABEL_PREFIX) for label in check.stdout.split())
 
 
 def script_block(doc: Document) -> int:
@@ -135,12 +138,21 @@ class LanguageIdentifier(Step):
         self.model_path = cfg.model or default_model_path()
         self.newline = " " if cfg.newlines == "space" else ""
         self._model: Any = None
+        self._labels: frozenset[str] | None = None
 
     def store_paths(self) -> dict[str, str]:
         return {"lid.model": self.cfg.model} if self.cfg.model else {}
 
     def prepare(self) -> None:
-        check_model(self.cfg.model)
+        self._labels = check_model(self.cfg.model)
+
+    def lang_labels(self) -> frozenset[str] | None:
+        if self._labels is None or self.cfg.below_threshold == "drop":
+            return self._labels
+        return self._labels | {"unknown"}
+
+    def languages_named(self) -> dict[str, Iterable[str]]:
+        return {"thresholds": self.cfg.thresholds}
 
     def setup(self) -> None:
         self.model  # load once per worker, here rather than on the first document

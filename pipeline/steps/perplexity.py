@@ -20,7 +20,7 @@ import io
 import logging
 import operator
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..output import fs
 from ..output.layout import shard_files
@@ -240,6 +240,10 @@ class PerplexityScorer(Step):
             if uncovered:
                 LOG.warning("%s has no cutoffs for %s: their documents get bucket 'all'", self.cfg.cutoffs,
                             ", ".join(uncovered))
+
+    def languages_named(self) -> dict[str, Iterable[str]]:
+        """The languages listed, or else those with models (``deu.arpa.bin`` would never be used)."""
+        return {"languages": self.cfg.languages} if self.cfg.languages else {"models": self.languages}
 
     def models(self, lang: str) -> tuple[Any, Any] | None:
         if lang not in self._models:

@@ -18,7 +18,7 @@ import dataclasses
 import re
 from collections import Counter
 from itertools import compress
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 
@@ -83,6 +83,9 @@ class LanguageFilter(Step):
     @classmethod
     def requires(cls, cfg: Any) -> tuple[str, ...]:
         return ("lang",)
+
+    def languages_named(self) -> dict[str, Iterable[str]]:
+        return {"languages": self.cfg.languages}
 
     def params(self, lang: str) -> Any:
         """The values for ``lang`` (its own, or the section's, counted)."""
