@@ -5,6 +5,7 @@ import argparse
 import atexit
 import logging
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -82,18 +83,19 @@ def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
     stores.open_stores(args, {"OUTPUT_OR_TEMP": args.path})
-    print("\n".join(status(args.path.rstrip("/"))))
+    print("\n".join(status(args.path.rstrip("/") or "/")))
     return 0
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from .output import stores
+    from .output import fs, stores
     from .output.layout import REPORT
-    from .report.corpus_report import build
+    from .report.corpus_report import REPORT_FILES, build
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
     out = args.out or f"{args.corpus.rstrip('/')}/{REPORT}"
+    fs.check_folder(out, "--out", REPORT_FILES)  # the report replaces its own files, and no one else's
     stores.open_stores(args, {"CORPUS": args.corpus}, {"--out": out})
     written = build(args.corpus, out)
     print(f"corpus report: {next(p for p in written if p.endswith('report.html'))} (and report.md, {len(written) - 2} plots)")
@@ -108,6 +110,7 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
     from .output import fs
 
     plan = lm_plan(args)
+    check_lm_options(args)
     bin_dir = kenlm_bin_dir(args.kenlm_bin)
     fs.check_folder(args.out, "--out")
     out = Path(args.out)
@@ -135,19 +138,46 @@ def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
             if key in data and getattr(args, key) == LM_DEFAULTS[key]:
                 setattr(args, key, data[key])
         languages = data.get("languages") or {}
-        if not isinstance(languages, dict):
-            raise UserError(f"config {args.config}: languages must map a language code to text files")
+        if not isinstance(languages, dict) or not languages:
+            raise UserError(f"config {args.config}: languages must map a language code to text files "
+                            f"(languages: {{de: [de.txt]}}), not {languages!r}")
         base = Path(args.config).parent
-        return {lang: [str(base / p) if not str(p).startswith("/") else str(p) for p in ([v] if isinstance(v, str) else v)]
-                for lang, v in languages.items()}
+        plan = {}
+        for lang, files in languages.items():
+            files = [files] if isinstance(files, str) else files
+            if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+                raise UserError(f"config {args.config}: languages.{lang} must be a text file or a list of them, "
+                                f"not {languages[lang]!r}")
+            plan[check_lang(str(lang), f"config {args.config}: languages.{lang}")] = [
+                f if f.startswith("/") else str(base / f) for f in files]
+        return plan
     if not args.lang or not args.text:
         raise UserError("train-lm needs --lang and --text, or --config")
-    langs = [lang.strip() for lang in args.lang.split(",") if lang.strip()]
+    langs = [check_lang(lang.strip(), "--lang") for lang in args.lang.split(",") if lang.strip()]
     if len(langs) == 1:
         return {langs[0]: args.text}
     if len(args.text) != len(langs):
         raise UserError(f"--lang names {len(langs)} languages but {len(args.text)} --text files were given (one per language)")
     return {lang: [text] for lang, text in zip(langs, args.text)}
+
+
+def check_lang(lang: str, where: str) -> str:
+    """A language code as the models' file names and the perplexity step take it (``de``, ``zh_Hans``)."""
+    if not LANG_CODE.fullmatch(lang):
+        raise UserError(f"{where}: {lang!r} is not a language code (letters, digits, _ and -; e.g. de, zh_Hans): "
+                        f"it names the files <code>.sp.model and <code>.arpa.bin")
+    return lang
+
+
+def check_lm_options(args: argparse.Namespace) -> None:
+    """The KenLM order and sort memory, and the vocabulary size, before any training."""
+    if not 2 <= args.order <= KENLM_MAX_ORDER:
+        raise UserError(f"order {args.order}: KenLM here takes 2 to {KENLM_MAX_ORDER} (CCNet: 5)")
+    if not MEMORY.fullmatch(str(args.memory)):
+        raise UserError(f"memory {args.memory!r}: a number and a unit as lmplz -S takes it, e.g. 20% or 4G")
+    if args.vocab_size < MIN_VOCAB:
+        raise UserError(f"vocab_size {args.vocab_size}: at least {MIN_VOCAB} (byte fallback's 256 pieces, "
+                        f"SentencePiece's own and the text's characters; CCNet: 65536)")
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
@@ -170,6 +200,13 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
+LANG_CODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+KENLM_MAX_ORDER = 6
+"""The largest order workflows/setup.sh builds lmplz and build_binary for (``-DKENLM_MAX_ORDER``),
+and the kenlm wheel's scorer takes."""
+MEMORY = re.compile(r"\d+(\.\d+)?[%bKMGTPEZY]?")
+MIN_VOCAB = 260
+"""Byte fallback's 256 pieces, <unk>, <s>, </s> and a character (the text's own characters may need more)."""
 
 
 STORE_COMMANDS = ("status", "cutoffs", "report")

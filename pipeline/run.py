@@ -109,7 +109,11 @@ def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
     for folder in staging_folders(final):
         if not fs.exists(fs.join(folder, COMMIT)):
             state = fs.join(folder, RUN_STATE)
-            found.append((folder, ledger.read_json(state) if fs.exists(state) else {}))
+            try:
+                found.append((folder, fs.read_json(state) if fs.exists(state) else {}))
+            except UserError as exc:
+                raise UserError(f"{exc}: it says where a killed run's tasks are; remove {folder} (and that "
+                                f"run's task folder, below its --temp_location) and run again") from None
     return found
 
 
@@ -127,8 +131,13 @@ def recover(final: str, keep: str | None = None) -> list[str]:
                                 f"is done" + ("" if fs.is_local(folder) else
                                               f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
                                               "driver's last renewal; this run then finishes the replacement)"))
-            with fs.open_read(marker) as stream:
-                _apply(folder, final, json.load(stream))
+            try:
+                plan = fs.read_json(marker, ("moves", "delete"))
+            except UserError as exc:
+                raise UserError(f"{exc}: it lists the moves that replace the corpus in {final} with the one a killed "
+                                f"run completed, so they cannot be finished; restore it, or remove {folder} and "
+                                f"run again with --overwrite (the corpus there may be partly replaced)") from None
+            _apply(folder, final, plan)
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
             handled.append(folder)
     for folder, state in unfinished(final):
@@ -188,7 +197,7 @@ def nothing_read(staging: str) -> str:
     """Why no record of a run's input could be read, every one rejected (the rejections' counts and
     one of them), or "" where one was read, a document or a record skipped or dropped at read
     (a run whose input holds no page to keep is a run of its own kind), or none was rejected."""
-    read = ledger.read_json(fs.join(staging, "stats.json"))["counters"].get("read", {})
+    read = fs.read_json(fs.join(staging, "stats.json"), ("counters",))["counters"].get("read", {})
     rejected = {name.removeprefix("rejected_"): n for name, n in read.items() if name.startswith("rejected_")}
     if not rejected or any(n for name, n in read.items() if name != "files" and not name.startswith("rejected_")):
         return ""
@@ -365,7 +374,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         held_until_done.callback(hold.release)
         cfg = dataclasses.replace(cfg, output=staging)
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
-            state = ledger.read_json(fs.join(staging, RUN_STATE)) if continued else {
+            state = fs.read_json(fs.join(staging, RUN_STATE), ("task_folder",)) if continued else {
                 "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
             ledger.write_json(fs.join(staging, RUN_STATE), state)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
@@ -427,7 +436,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     run = {"runner": cfg.runner, "elapsed_s": round(time.perf_counter() - start, 3), "beam_version": beam.__version__,
            "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
            **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {}),
-           **({"io": ledger.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
+           **({"io": fs.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
     write_json(run, fs.join(cfg.output, RUN_FILE))
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     if isinstance(hold, lease.Lease):
@@ -445,10 +454,14 @@ def status(path: str) -> list[str]:
     task folder, or a ``--temp_location`` holding task folders."""
     lines: list[str] = []
     if fs.exists(fs.join(path, RUN_FILE)):
-        run = ledger.read_json(fs.join(path, RUN_FILE))
-        tasks = run.get("tasks", {})
-        lines.append(f"{path}: a finished corpus ({run['runner']}, {run['elapsed_s']:.0f} s"
-                     + (f", {tasks['run']} tasks run, {tasks['reused']} reused" if tasks else "") + ")")
+        run = fs.read_json(fs.join(path, RUN_FILE), ("runner", "elapsed_s"))
+        try:
+            tasks = run.get("tasks", {})
+            lines.append(f"{path}: a finished corpus ({run['runner']}, {run['elapsed_s']:.0f} s"
+                         + (f", {tasks['run']} tasks run, {tasks['reused']} reused" if tasks else "") + ")")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{fs.join(path, RUN_FILE)}: not as pipeline run writes it ({type(exc).__name__}: "
+                            f"{exc})") from None
     folders = [(f"{folder} (unfinished run)", state["task_folder"]) for folder, state in unfinished(path)
                if state.get("task_folder")]
     lines += [f"{folder}: an unfinished run of a runner without a task ledger; "

@@ -232,3 +232,46 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
         config.write_text("input: x.wet.gz\noutput: out\n" + text)
         with pytest.raises(UserError, match=f"^config {re.escape(str(config))}: not valid YAML: .*{re.escape(message)}"):
             load_config(str(config))
+
+
+def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
+    """What ``train-lm`` passed on unchecked (a language code that is a path or has a space, an order
+    KenLM is not built for, lmplz's memory syntax, a config's languages that are not lists of files)
+    gave a traceback, a C++ message naming a deleted temporary file, or models the perplexity step
+    never finds; a report written over a folder of the user's own replaced their files."""
+    (tmp_path / "de.txt").write_text("Ein Satz.\n", encoding="utf-8")
+    configs = {"empty": "languages:\n  de:\n", "number": "languages: {de: 5}\n", "none": "vocab_size: 1000\n",
+               "path": "languages: {de/x: de.txt}\n", "mapping": "languages: {de: [{a: b}]}\n"}
+    for name, text in configs.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "report.md").write_text("mine")
+    (notes / "todo.txt").write_text("mine")
+    lm = ["train-lm", "--text", str(tmp_path / "de.txt"), "--out", str(tmp_path / "lm")]
+    for args, message in (
+            ([*lm, "--lang", "de/x"], "--lang: 'de/x' is not a language code (letters, digits, _ and -"),
+            ([*lm, "--lang", "de fr"], "--lang: 'de fr' is not a language code"),
+            ([*lm, "--lang", "de", "--order", "7"], "order 7: KenLM here takes 2 to 6"),
+            ([*lm, "--lang", "de", "--order", "1"], "order 1: KenLM here takes 2 to 6"),
+            ([*lm, "--lang", "de", "--memory", "lots"], "memory 'lots': a number and a unit as lmplz -S takes it"),
+            ([*lm, "--lang", "de", "--vocab-size", "100"], "vocab_size 100: at least"),
+            (["train-lm", "--config", str(tmp_path / "empty.yaml"), "--out", str(tmp_path / "lm")],
+             "languages.de must be a text file or a list of them, not None"),
+            (["train-lm", "--config", str(tmp_path / "number.yaml"), "--out", str(tmp_path / "lm")],
+             "languages.de must be a text file or a list of them, not 5"),
+            (["train-lm", "--config", str(tmp_path / "mapping.yaml"), "--out", str(tmp_path / "lm")],
+             "languages.de must be a text file or a list of them"),
+            (["train-lm", "--config", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "lm")],
+             "languages must map a language code to text files"),
+            (["train-lm", "--config", str(tmp_path / "path.yaml"), "--out", str(tmp_path / "lm")],
+             "languages.de/x: 'de/x' is not a language code"),
+            (["report", str(tmp_path), "--out", str(notes)], f"--out {notes}: the folder holds 'todo.txt', not written"),
+    ):
+        result = cli(*args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+    xeval = subprocess.run([sys.executable, "-m", "xeval", "report", str(tmp_path / "results.json"), "--out", str(notes)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert xeval.returncode == 2 and f"--out {notes}: the folder holds 'todo.txt'" in xeval.stderr, xeval.stderr
+    assert not (tmp_path / "lm").exists() and sorted(p.name for p in notes.iterdir()) == ["report.md", "todo.txt"]
+    assert (notes / "report.md").read_text() == "mine"

@@ -3,6 +3,7 @@ live runs, outputs that cannot be written or that lie in the input, the same byt
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 from test_pipeline import all_digests, run_cli
 
 from pipeline.__main__ import main
-from pipeline.output.layout import STAGING
+from pipeline.output.layout import COMMIT, RUN_FILE, RUN_STATE, STAGING
 from pipeline.run import status
 from pipeline.util import locks
 
@@ -146,3 +147,41 @@ def test_a_run_whose_every_record_is_rejected_leaves_the_previous_corpus(wet, tm
         ("a.warc.wet.gz", "110 bytes that are not gzip data"), ("b.warc.wet.gz", "the file is empty"),
         ("c.warc.wet.gz", "FileNotFoundError")))
     assert all_digests(out) == before and not list(out.glob(f"{STAGING}*"))
+
+
+def test_a_damaged_state_file_is_one_line_naming_it_and_what_to_do(wet, tmp_path, capsys):
+    """run.json, a killed run's state or its commit marker cut short or edited by hand (each is
+    written whole, so a person or a partial copy did it): ``status`` and the next run name the file
+    and what to do in one line (they gave a traceback, every later run too), and the corpus stays."""
+    out = tmp_path / "out"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    before, run_json = all_digests(out), out / RUN_FILE
+    good = json.loads(run_json.read_text())
+    capsys.readouterr()
+    for text, message in (('{"runner": "Dir', "run.json: not valid JSON (Unterminated string"),
+                          ("[1]", "run.json: not written by pipeline run (no 'runner')"),
+                          (json.dumps({**good, "elapsed_s": "1 s"}), "run.json: not as pipeline run writes it (ValueError")):
+        run_json.write_text(text)
+        assert main(["status", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    run_json.write_text(json.dumps(good))
+    killed = out / f"{STAGING}0123456789ab"
+    killed.mkdir()
+    again = ["run", "--no-progress", "--config", "configs/corpus/sample.yaml", *common(wet), "--output", str(out),
+             "--overwrite"]
+    for name, text, message in (
+            (RUN_STATE, '{"task_folder": "/tm', f"{killed / RUN_STATE}: not valid JSON (Unterminated string starting at: "
+                                                f"line 1 column 17 (char 16)): it says where a killed run's tasks are; "
+                                                f"remove {killed}"),
+            (COMMIT, '{"moves": []}', f"{killed / COMMIT}: not written by pipeline run (no 'delete'): it lists the moves "
+                                      f"that replace the corpus in {out} with the one a killed run completed, so they "
+                                      f"cannot be finished; restore it, or remove {killed} and run again with --overwrite")):
+        (killed / name).write_text(text)
+        for args in ([["status", str(out)]] if name == RUN_STATE else []) + [again]:
+            assert main(args) == 2
+            err = capsys.readouterr().err
+            assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        (killed / name).unlink()
+    killed.rmdir()
+    assert all_digests(out) == before

@@ -203,6 +203,21 @@ def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
 
 
 
+def test_a_line_longer_than_sentencepieces_limit_is_learnt_from(tmp_path):
+    """SentencePiece leaves out every line over its ``max_sentence_length`` (4,192 bytes by default)
+    with a warning its log level hides: a text whose Greek came as one long line trained a model
+    that had seen no Greek, and made every Greek word byte pieces."""
+    from pipeline.steps.lm import train_lm
+
+    greek = " ".join(split_reference("el")[0][:60])
+    assert len(normalize(greek).encode("utf-8")) > 4192
+    (tmp_path / "mixed.txt").write_text("\n".join([*split_reference("de")[0][:300], greek]) + "\n", encoding="utf-8")
+    train_lm("mx", [str(tmp_path / "mixed.txt")], tmp_path / "lm", vocab_size=3000)
+    sp, _ = load(tmp_path / "lm", "mx")
+    pieces = sp.encode(normalize(split_reference("el")[1][0]), out_type=str)
+    assert pieces and not [piece for piece in pieces if piece.startswith("<0x")], pieces
+
+
 def test_corrupt_cutoff_file_and_corrupt_shard_are_clear_errors(tmp_path):
     from pipeline.steps.perplexity import compute_cutoffs
 

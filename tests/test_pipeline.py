@@ -455,6 +455,24 @@ def test_scored_corpus_has_perplexity_and_cutoffs(bucketed):
     assert len(header.split(",")) >= 9
 
 
+def test_cutoffs_read_every_shard_format_and_ccnets_fields(bucketed, tmp_path):
+    """``pipeline cutoffs`` takes a corpus written with ``write.format: json`` (CCNet's
+    ``<lang>_<bucket>_NNNN.json.gz``) or ``write.schema: ccnet`` (``language``, no ``id``) as it takes
+    the Arrow shards: the same percentiles from the same documents."""
+    from pipeline.output.shards import output_table, write_table
+    from pipeline.steps.perplexity import compute_cutoffs
+
+    shards = sorted((bucketed / "scored").glob("lang=*/bucket=*/part-*.arrow"))
+    for n, shard in enumerate(shards):
+        table, (lang, bucket) = read_shard(str(shard)), (p.name.split("=")[1] for p in (shard.parents[1], shard.parent))
+        write_table(table, str(tmp_path / "json" / f"{lang}_{bucket}_{n:04d}.json.gz"), "json")
+        ccnet = tmp_path / "ccnet" / shard.relative_to(bucketed / "scored")
+        write_table(output_table(table, "ccnet"), str(ccnet), "arrow")
+    expected = compute_cutoffs(str(bucketed / "scored"), 100_000, 0)
+    assert expected[0] and compute_cutoffs(str(tmp_path / "json"), 100_000, 0) == expected
+    assert compute_cutoffs(str(tmp_path / "ccnet"), 100_000, 0) == expected
+
+
 def test_buckets_split_at_the_cutoffs(bucketed):
     from pipeline.steps.perplexity import read_cutoffs
 

@@ -54,6 +54,7 @@ def test_multinli_jsonl_skips_no_consensus() -> None:
     (lambda line: line.rsplit("\t", 1)[0], "expected 19 tab-separated fields, got 18"),
     (lambda line: line.replace("\tneutral\t", "\tentails\t", 1), "label 'entails' is not in the NLI label set"),
     (lambda line: "\t" + line.split("\t", 1)[1], "empty language"),
+    (lambda line: "EN\t" + line.split("\t", 1)[1], "language 'EN' is not one of XNLI's"),  # was left out unsaid
     (lambda line: "\t".join([line.split("\t")[0], "", *line.split("\t")[2:]]), "label '' is not in the NLI label set"),
 ])
 def test_malformed_xnli_line_names_file_and_line(tmp_path: Path, mutation, message) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from xeval.model import load_tokenizer
 
 FIXTURES = Path(__file__).parent / "data" / "xnli"
 LANGS = "en,fr,de,zh,ar,sw"
@@ -218,7 +219,7 @@ def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
     AutoTokenizer.from_pretrained(exported).save_pretrained(hf_dir)
     accuracy = {}
     for engine in ("ours", "hf"):
-        out = tmp_path / engine
+        out = tmp_path / f"out-{engine}"  # not tmp_path / "hf", the model's own folder
         assert xeval("xnli", "--model", str(hf_dir), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,de",
                      "--seeds", "3", "--engine", engine, "--set", "epochs=1", *ARGS) == 0
         results = json.loads((out / "results.json").read_text())
@@ -259,6 +260,29 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
     assert "label set mismatch" in _error(capsys, "xnli", "--model", str(two), "--data", str(FIXTURES), "--languages", "en", *common)
     assert "languages ['xx'] are not XNLI languages" in _error(capsys, "xnli", "--model", str(exported), "--data",
                                                                str(FIXTURES), "--languages", "en,xx", *common)
+    # found before any fine-tuning: an --out that cannot be the report folder, a --max-length past the
+    # model's positions, a tokenizer without its files or with more tokens than the model embeds
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert f"--out {afile}: {afile} is a file, not a folder" in _error(
+        capsys, "xnli", "--model", str(exported), "--data", str(FIXTURES), *common, "--out", str(afile))
+    assert "max_length 1024: the model" in _error(capsys, "xnli", "--model", str(exported), "--data", str(FIXTURES),
+                                                 *common, "--max-length", "1024")
+    bare = tmp_path / "no-tokenizer"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(exported / name, bare / name)
+    assert "the tokenizer has no vocabulary" in _error(capsys, "xnli", "--model", str(bare), "--data", str(FIXTURES), *common)
+    grown = tmp_path / "grown-tokenizer"
+    shutil.copytree(exported, grown)
+    tokenizer = load_tokenizer(str(exported))
+    vocab = len(tokenizer)
+    tokenizer.add_tokens([f"newword{i}" for i in range(50)])
+    tokenizer.save_pretrained(grown)
+    for engine in ("hf", "ours"):
+        assert f"the tokenizer has {vocab + 50} tokens, more than the {vocab} the model" in _error(
+            capsys, "xnli", "--model", str(grown), "--data", str(FIXTURES), *common, "--engine", engine)
+    assert afile.read_text() == "mine" and not (tmp_path / "out").exists()
 
 
 def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, capsys) -> None:

@@ -138,6 +138,10 @@ def read_xnli_tsv(path: Path, languages: tuple[str, ...], skip_malformed: bool =
         if not lang.strip():  # a row of no language would otherwise be left out like another language's
             log.bad(f"{path}:{lineno}", "empty language", skip_malformed)
             continue
+        if lang not in XNLI_LANGUAGES:  # ``EN`` or a typo would otherwise be left out like a language not asked for
+            log.bad(f"{path}:{lineno}", f"language {lang!r} is not one of XNLI's ({' '.join(XNLI_LANGUAGES)})",
+                    skip_malformed)
+            continue
         if lang not in sets:
             continue
         try:

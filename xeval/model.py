@@ -38,6 +38,19 @@ class Classifier:
     module: torch.nn.Module
     save: Callable[[torch.nn.Module, Path], None]
     info: dict[str, Any]
+    vocab_size: int
+    """Rows of its token embedding: a tokenizer giving larger ids is not its own."""
+    max_length: int | None
+    """Longest input it takes (absolute positions); None where it has relative positions only."""
+
+
+def hf_max_length(config: Any) -> int | None:
+    """The longest input of an HF model: ``max_position_embeddings``, less the positions RoBERTa's
+    family skips (its ids start after ``pad_token_id``); None for a DeBERTa with relative positions only."""
+    if config.model_type.startswith("deberta") and not getattr(config, "position_biased_input", True):
+        return None
+    skipped = config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
+    return config.max_position_embeddings - skipped
 
 
 def _hf_config(path: Path) -> dict[str, Any]:
@@ -98,6 +111,17 @@ def load_tokenizer(directory: str) -> Any:
         raise UserError(f"{directory}: no tokenizer HF can load ({str(exc).splitlines()[0]})") from None
 
 
+def check_tokenizer(tokenizer: Any, directory: str, model: str, vocab_size: int | None) -> None:
+    """The tokenizer has a vocabulary (HF builds one of its special tokens alone where the files are
+    missing) and gives no id beyond the model's embeddings (a larger one is another model's)."""
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise UserError(f"{directory}: the tokenizer has no vocabulary, only its {len(tokenizer)} special tokens "
+                        f"(its files, e.g. sentencepiece.bpe.model or tokenizer.json, are missing)")
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise UserError(f"{directory}: the tokenizer has {len(tokenizer)} tokens, more than the {vocab_size} the model "
+                        f"{model} embeds: it is not that model's tokenizer")
+
+
 def weights_digest(path: Path) -> str:
     """sha256 over the model's weight files (safetensors / bin), for provenance."""
     digest = hashlib.sha256()
@@ -137,7 +161,7 @@ def _load_hf_engine(path: str, num_labels: int) -> Classifier:
         load_tokenizer(path).save_pretrained(out)
 
     info = {"engine": "hf", "class": type(model).__name__, "model_type": config.get("model_type")}
-    return Classifier(model, save, info)
+    return Classifier(model, save, info, model.config.vocab_size, hf_max_length(model.config))
 
 
 def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Classifier, str]:
@@ -162,23 +186,28 @@ def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Classifier, str]:
 
     info = {"engine": "ours", "class": type(model).__name__, "arch": cfg.arch,
             "model_config": dataclasses.asdict(cfg)}
-    return Classifier(model, save, info), tokenizer_dir
+    return Classifier(model, save, info, cfg.vocab_size, cfg.max_sequence_length), tokenizer_dir
 
 
 def load_classifier(path: str, engine: str, num_labels: int = len(LABELS)) -> tuple[Classifier, Any]:
     """(classifier with a fresh NLI head drawn from torch's current RNG, HF tokenizer) for ``--model path``."""
     engine = choose_engine(engine, path)
     kind = model_kind(path)
-    if kind == "hf":
+    tokenizer = None
+    if kind == "hf":  # its config and tokenizer checked before its weights load
         config = _hf_config(Path(path))
         if any("ForSequenceClassification" in a for a in config.get("architectures") or []):
             names = config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))}
             check_label_set(f"{path}/config.json", [str(v) for _, v in sorted(names.items(), key=lambda kv: int(kv[0]))])
+        tokenizer = load_tokenizer(path)
+        check_tokenizer(tokenizer, path, path, config.get("vocab_size"))
     if engine == "ours":
         classifier, tokenizer_dir = _load_ours(path, kind, num_labels)
     else:
         classifier, tokenizer_dir = _load_hf_engine(path, num_labels), path
-    tokenizer = load_tokenizer(tokenizer_dir)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(tokenizer_dir)
+        check_tokenizer(tokenizer, str(tokenizer_dir), path, classifier.vocab_size)
     classifier.info.update({"path": str(Path(path).resolve()), "kind": kind, "tokenizer_dir": str(tokenizer_dir),
                             "tokenizer_class": type(tokenizer).__name__,
                             "weights_sha256": weights_digest(Path(path)) if kind == "hf" else "",

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pipeline.output import fs
 from pipeline.util.errors import UserError
 from pipeline.report.html import Section, Table, png, pyplot, write_report
 
@@ -47,6 +48,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+RESULTS_KEYS = ("languages", "seeds", "model", "data", "config", "selection")
+"""What a report reads of a results.json besides its schema."""
+
+
 def load_results(path: str) -> dict[str, Any]:
     file = Path(path)
     if file.is_dir():
@@ -59,7 +64,13 @@ def load_results(path: str) -> dict[str, Any]:
         raise UserError(f"{file}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(results, dict) or results.get("schema") != "xeval.xnli/1":
         raise UserError(f"{file}: not an xeval results.json (schema xeval.xnli/1)")
-    results["summary"] = summarize(results)
+    missing = [key for key in RESULTS_KEYS if key not in results]
+    if missing:
+        raise UserError(f"{file}: not as xeval writes it (no {missing[0]!r})")
+    try:
+        results["summary"] = summarize(results)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # edited by hand, or cut short
+        raise UserError(f"{file}: not as xeval writes it ({type(exc).__name__}: {exc})") from None
     return results
 
 
@@ -248,17 +259,22 @@ def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None
     write_report(str(out), title, sections)
 
 
+REPORT_FILES = ("report.md", "report.html", "accuracy.png", "gap.png")
+"""What :func:`render` writes: ``xeval report --out`` takes a folder holding no other file."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", help="results.json files (or the folders holding them)")
-    parser.add_argument("--out", required=True, help="folder for report.md, report.html, accuracy.png, gap.png")
+    parser.add_argument("--out", required=True, help=f"folder for {', '.join(REPORT_FILES)}")
     parser.add_argument("--names", help="comma-separated run names for the tables (default: model folder names)")
 
 
 def main(args: argparse.Namespace) -> int:
+    fs.check_folder(args.out, "--out", REPORT_FILES)
     runs = [load_results(path) for path in args.results]
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     if names is not None and len(names) != len(runs):
         raise UserError(f"--names has {len(names)} names for {len(runs)} results files")
     render(runs, Path(args.out), names)
-    print(f"wrote {args.out}/report.md, report.html, accuracy.png, gap.png")
+    print(f"wrote {args.out}/{', '.join(REPORT_FILES)}")
     return 0

@@ -25,12 +25,16 @@ from typing import Any
 
 from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
                                       merged_config_data, source_of)
+from pipeline.output import fs
 from pipeline.util.errors import UserError
 
 from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
 from .config import ENGINES, TrainConfig
+from . import report
 
 SCHEMA = "xeval.xnli/1"
+OUT_FILES = ("results.json", "results.json.tmp", "models", *report.REPORT_FILES)
+"""What a run writes in ``--out``: a folder holding any other file is refused before the run."""
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -165,10 +169,10 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     import torch
     import transformers
 
-    from . import report
     from .finetune import Encoded, encode, finetune, init_distributed, scores, confusion, seed_everything
     from .model import load_classifier
 
+    fs.check_folder(out, "--out", OUT_FILES)  # before hours of fine-tuning, not after them
     root = Path(data)
     device = _device(cfg.device)
     dist = init_distributed(device)
@@ -192,6 +196,8 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     for seed in cfg.seeds:
         seed_everything(seed)
         classifier, tokenizer = load_classifier(model, cfg.engine)
+        if classifier.max_length is not None and cfg.max_length > classifier.max_length:
+            raise UserError(f"max_length {cfg.max_length}: the model {model} takes at most {classifier.max_length} tokens")
         model_info = classifier.info
         if not tokens:
             train = [encode(tokenizer, train_sets[lang], cfg.max_length) for lang in train_langs]

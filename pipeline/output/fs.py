@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -101,6 +102,31 @@ def open_read(path: str) -> BinaryIO:
     from apache_beam.io.filesystem import CompressionTypes
 
     return beam_filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def read_json(path: str, keys: tuple[str, ...] = ()) -> Any:
+    """A JSON file a command of ours wrote, holding at least ``keys`` (then an object); one error
+    line naming it otherwise (a file cut short, edited by hand, or not ours)."""
+    try:
+        with open_read(path) as stream:
+            data = json.loads(stream.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file (is this a pipeline output?)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise UserError(f"{path}: not written by pipeline run (no {missing[0]!r})")
+    return data
+
+
+def sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes (local or in a bucket), read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open_read(path) as stream:
+        for block in iter(lambda: stream.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def exists(path: str) -> bool:

@@ -34,21 +34,6 @@ LEGACY_NAMES = {"neardup": NearDedup.name, "neardup_cluster_sizes": CLUSTER_SIZE
 SAMPLING_KEYS = ("alpha", "unit", "languages")
 
 
-def read_json(path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    """A pipeline output's JSON file, holding at least ``keys``; one error line otherwise."""
-    try:
-        with fs.open_read(path) as stream:
-            data = json.loads(stream.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (is this a pipeline output?)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})") from None
-    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
-    if missing:
-        raise UserError(f"{path}: not written by pipeline run (no {missing[0]!r})")
-    return data
-
-
 def _n(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -324,13 +309,18 @@ def config_section(stats: dict[str, Any]) -> Section:
     return Section("Config and versions", paragraphs=[f"{stats['input_files']} input files."], tables=tables)
 
 
+REPORT_FILES = ("report.md", "report.html", "funnel.png", "languages.png", "sampling.png", "perplexity.png",
+                "near_dedup.png", "rejected.png")
+"""Every file :func:`build` writes: ``report --out`` takes a folder holding no other."""
+
+
 def build(corpus: str, out: str | None = None) -> list[str]:
     """Write the report of the corpus in folder ``corpus`` (local or a bucket) to ``out``
     (default ``<corpus>/report``); returns the written paths."""
-    stats = read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
-    stats["counters"] = {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}
-    sampling = read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
+    stats = fs.read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
+    sampling = fs.read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
     try:
+        stats["counters"] = {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}
         kept = sum(v["documents"] for v in stats["languages"].values())
         intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "
                  "(stats.json and sampling.json beside this folder; run.json has the runner and the time taken)."]

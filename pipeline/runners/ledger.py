@@ -25,6 +25,7 @@ import time
 from typing import Any, Iterable
 
 from ..output import fs
+from ..util.errors import UserError
 
 TASK_FORMAT = 2
 """The layout of finished tasks' outputs. One more when a change would make reusing an earlier
@@ -66,11 +67,6 @@ def write_json(path: str, obj: Any) -> None:
     fs.write_atomic(path, lambda stream: stream.write(data))
 
 
-def read_json(path: str) -> Any:
-    with fs.open_read(path) as stream:
-        return json.load(stream)
-
-
 def write_plan(folder: str, plan: Plan) -> None:
     write_json(fs.join(folder, PLAN), dataclasses.asdict(plan))
 
@@ -79,8 +75,11 @@ def read_plan(folder: str) -> Plan | None:
     path = fs.join(folder, PLAN)
     if not fs.exists(path):
         return None
-    raw = read_json(path)
-    return Plan(raw["partitions"], [StagePlan(**stage) for stage in raw["stages"]])
+    raw = fs.read_json(path, ("partitions", "stages"))
+    try:
+        return Plan(raw["partitions"], [StagePlan(**stage) for stage in raw["stages"]])
+    except TypeError as exc:
+        raise UserError(f"{path}: not as pipeline run writes it ({exc})") from None
 
 
 def marker(folder: str, stage: int, task: int, suffix: str = DONE) -> str:
@@ -107,7 +106,7 @@ def record_failure(folder: str, stage: int, task: int, error: BaseException) -> 
 def finished(folder: str, known: Iterable[str] = ()) -> dict[tuple[int, int], dict[str, Any]]:
     """The markers of finished tasks not in ``known`` (paths), read: ``{(stage, task): entry}``."""
     seen = set(known)
-    return {_index(p): {**read_json(p), "path": p}
+    return {_index(p): {**fs.read_json(p), "path": p}
             for p in fs.match_optional(folder, TASKS, f"*{DONE}") if p not in seen}
 
 
@@ -129,7 +128,7 @@ def read_inputs(folder: str) -> tuple[str, list[int]] | None:
     path = fs.join(folder, INPUTS)
     if not fs.exists(path):
         return None
-    raw = read_json(path)
+    raw = fs.read_json(path, ("create", "files"))
     return raw["create"], [size for _, size in raw["files"]]
 
 

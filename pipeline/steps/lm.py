@@ -24,6 +24,8 @@ from .normalize import normalize
 
 CCNET_VOCAB = 65536
 DISCOUNT_ERROR = "discount_fallback"
+SP_MAX_SENTENCE = 4192
+"""SentencePiece's default ``max_sentence_length`` (UTF-8 bytes)."""
 SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -81,14 +83,17 @@ def read_lines(paths: Iterable[str]) -> Iterable[str]:
             raise UserError(f"reference text {path}: a folder, not a file") from None
 
 
-def train_sentencepiece(text_file: Path, model_file: Path, vocab_size: int, seed: int, threads: int) -> int:
+def train_sentencepiece(text_file: Path, model_file: Path, vocab_size: int, seed: int, threads: int,
+                        longest: int = 0) -> int:
     """Train a unigram model; a vocabulary too large for the text is capped to what it allows.
 
     Byte fallback is on: characters the model has not seen become byte pieces, each unknown to
     KenLM, so text in a foreign script scores a high perplexity instead of a few cheap <unk>s
     (measured on the sample: Chinese LM vs Arabic text, 84 % -> 100 % of documents ranked right).
     The text is streamed and the model returned in memory, so no temporary path ends up in the
-    model file: the same text and settings give the same bytes.
+    model file: the same text and settings give the same bytes. SentencePiece leaves out, with a
+    warning its log level hides, every line longer than its ``max_sentence_length``: raised to the
+    ``longest`` line's UTF-8 bytes where that is over its default, so that every line is learnt from.
     """
     import sentencepiece as spm
 
@@ -101,7 +106,8 @@ def train_sentencepiece(text_file: Path, model_file: Path, vocab_size: int, seed
                     sentence_iterator=(line.rstrip("\n") for line in lines), model_writer=model,
                     vocab_size=vocab_size, model_type="unigram", character_coverage=0.9999,
                     input_sentence_size=10_000_000, shuffle_input_sentence=True, num_threads=threads,
-                    byte_fallback=True, minloglevel=2)
+                    byte_fallback=True, minloglevel=2,
+                    **({"max_sentence_length": longest} if longest > SP_MAX_SENTENCE else {}))
         except RuntimeError as exc:
             match = SP_TOO_HIGH.search(str(exc))
             if not match:
@@ -145,16 +151,17 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
     with tempfile.TemporaryDirectory(prefix=f"lm-{lang}-") as tmp_name:
         tmp = Path(tmp_name)
         normalized = tmp / "normalized.txt"
-        lines = 0
+        lines = longest = 0
         with open(normalized, "w", encoding="utf-8") as f:
             for line in read_lines(texts):
                 norm = normalize(line)
                 if norm:
                     f.write(norm + "\n")
                     lines += 1
+                    longest = max(longest, len(norm.encode("utf-8")))
         if lines == 0:
             raise UserError(f"{lang}: the reference text has no non-empty line ({', '.join(texts)})")
-        vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, os.cpu_count() or 1)
+        vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, os.cpu_count() or 1, longest)
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=str(tmp / f"{lang}.sp.model"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..output import fs
-from ..output.layout import shard_files
+from ..output.layout import FORMATS, shard_files
 from .base import Document, Drop, RunInfo, Step, StepResult
 from ..util.errors import UserError
 from .normalize import normalize
@@ -287,8 +287,9 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
     """Perplexity percentiles 0..99 per language (sorted by language) from the scored documents of a pipeline output.
 
     At most ``sample_size`` documents per language are used, drawn with a seeded RNG from the
-    documents sorted by id (so the result does not depend on shard layout). Returns the cutoffs
-    and the number of documents each language's percentiles come from.
+    documents sorted by id (so the result does not depend on shard layout; by digest in shards of
+    CCNet's fields, ``write.schema: ccnet``, which have no id). Shards of every ``write.format``
+    are read. Returns the cutoffs and the number of documents each language's percentiles come from.
     """
     import random
 
@@ -296,16 +297,20 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
 
     from ..output.shards import read_shard
 
-    shards = shard_files(corpus)
+    shards = shard_files(corpus) + shard_files(corpus, "json")
     if not shards:
-        raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*) in it")
+        raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*, or <lang>_<bucket>_NNNN.json.gz) in it")
     values: dict[str, list[tuple[str, float]]] = {}
     for path in shards:
         try:
-            table = read_shard(path).select(["id", "lang", "perplexity"])
-        except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            table = read_shard(path)
+            if "perplexity" not in table.column_names and path.endswith(FORMATS["json"]):
+                continue  # JSON lines leave out null fields: no document of this shard was scored
+            columns = ("id", "lang", "perplexity") if "id" in table.column_names else ("digest", "language", "perplexity")
+            table = table.select(list(columns))
+        except (OSError, EOFError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise UserError(f"{path}: not a corpus shard ({str(exc).splitlines()[0]})") from None
-        for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in ("id", "lang", "perplexity"))):
+        for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in columns)):
             if pp is not None:
                 values.setdefault(lang, []).append((doc_id, pp))
     if not values:
