@@ -203,6 +203,13 @@ class CheckpointManager:
             if meta[key] != expected[key]:
                 raise UserError(f"--resume: checkpoint {tag_dir} was written for {what} ({key} differs: "
                                 f"{_diff(meta[key], expected[key])}); start a new run dir or resume the matching config")
+        saved, now = meta.get("run_config"), json.loads(json.dumps(expected["run_config"]))  # as meta.json has it
+        for key in RESUME_FIXED if saved is not None else ():
+            if saved.get(key) != now.get(key):
+                raise UserError(f"--resume: checkpoint {tag_dir} was written with another {key} "
+                                f"({_diff(saved.get(key), now.get(key))}): the checkpoint carries it (optimizer state and settings, data position, RNG, batch), so "
+                                f"the change would be undone or would end exact resume; resume with the checkpoint's "
+                                f"values, or start a new run dir")
         if meta["world_size"] != self.world_size and not universal:
             raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
                             f"{self.world_size}: exact resume needs the same count; add --universal to continue "
@@ -239,6 +246,13 @@ def convert_to_universal(tag_dir: Path, out: Path) -> None:
     if proc.returncode:
         raise UserError(f"ds_to_universal failed on {tag_dir}: {proc.stderr.strip().splitlines()[-1:]}")
     os.replace(tmp, out)
+
+
+RESUME_FIXED = ("seed", "precision", "global_batch_size", "loader", "optimizer")
+"""Run config keys a resumed run must keep: DeepSpeed restores the optimizer's settings with its
+state (a new learning rate was silently the old one), and the loader's position, the RNGs and the
+batch continue the checkpoint's. ``steps``, ``schedule`` (computed from the config each step),
+``intervals`` and the like may change."""
 
 
 def _diff(saved: Any, current: Any) -> str:

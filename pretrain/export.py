@@ -9,24 +9,45 @@ the export needs no GPU and works for any ZeRO stage and rank count.
 from __future__ import annotations
 
 import argparse
+import shutil
+import uuid
+from pathlib import Path
+
+from pipeline.util.errors import UserError
 
 
-def export(checkpoint: str, tag: str | None, out: str) -> None:
-    """Export ``checkpoint`` (``tag``, or ``latest``) to ``out``."""
+def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = None) -> None:
+    """Export ``checkpoint`` (``tag``, or ``latest``) to ``out``, with the tokenizer files of
+    ``tokenizer`` (default: the folder the checkpoint's meta.json names). The model is written to a
+    folder beside ``out`` and swapped in whole, so a failed export leaves the previous one as it was."""
+    from pipeline.output import fs
     from pretrain.checkpoint import load_for_inference
-    from pretrain.models.hf import save_hf
+    from pretrain.models.hf import TOKENIZER_FILES, save_hf
 
+    final = Path(out)
+    fs.check_folder(out, "--out", ("config.json", "model.safetensors", "generator", *TOKENIZER_FILES))
+    fs.restore_folder(final)  # an export killed between its two renames
     cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag)
-    save_hf(model, cfg, out, tokenizer_dir=tokenizer_dir, generator=cfg.objective == "rtd")
+    if tokenizer is None and not Path(tokenizer_dir).is_dir():
+        raise UserError(f"tokenizer dir {tokenizer_dir} (named by the checkpoint's meta.json): no such directory; "
+                        f"pass --tokenizer with where it is now")
+    staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        save_hf(model, cfg, staging, tokenizer_dir=tokenizer or tokenizer_dir, generator=cfg.objective == "rtd")
+        fs.swap_folder(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="run dir, checkpoints dir, or checkpoint (step-<N>) dir")
     parser.add_argument("--tag", help="checkpoint tag (step-<N>) in a run or checkpoints dir (default: `latest`)")
-    parser.add_argument("--out", required=True, help="output directory for the HF model")
+    parser.add_argument("--out", required=True, help="output directory for the HF model (replaced whole once written)")
+    parser.add_argument("--tokenizer", help="tokenizer dir whose files go with the model (default: the one the "
+                        "checkpoint's meta.json names, e.g. after the run was copied from another machine)")
 
 
 def main(args: argparse.Namespace) -> int:
-    export(args.checkpoint, args.tag, args.out)
+    export(args.checkpoint, args.tag, args.out, args.tokenizer)
     print(f"exported {args.checkpoint} to {args.out}")
     return 0

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from pipeline.output import stores
+from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
@@ -85,8 +85,6 @@ _WORKER_TOKENIZER: Tokenizer | None = None
 def _init_worker(tokenizer_dir: str, store_options: dict[str, Any]) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline.output import fs
-
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = Tokenizer.load(tokenizer_dir)
     fs.configure(PipelineOptions.from_dictionary(store_options))
@@ -126,7 +124,8 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
     tmp.mkdir(parents=True)
     info: dict[str, Any] = {"source": posixpath.basename(job.source), "fingerprint": tokenizer.fingerprint,
                             "vocab_size": tokenizer.vocab_size, "valid_fraction": job.valid_fraction,
-                            "empty_documents": empty, "rehydration": [list(pair) for pair in job.rehydration]}
+                            "empty_documents": empty, "rehydration": [list(pair) for pair in job.rehydration],
+                            "source_sha256": fs.sha256(job.source)}
     for split, (chunks, lengths) in parts.items():
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
         offsets = np.zeros(len(lengths) + 1, np.int64)
@@ -144,7 +143,10 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
 
 
 def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
-    """The shard's ``shard.json`` when it was already written with this tokenizer and split, else None."""
+    """The shard's ``shard.json`` when it was already written with this tokenizer and split from these
+    bytes of its source, else None (a corpus shard rewritten since, or another corpus's: redone).
+    The source is known by its bytes' hash, not its time: shard.json stays the same bytes for the
+    same corpus on every machine."""
     path = job.target / SHARD_META
     if not path.is_file():
         return None
@@ -158,13 +160,11 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
     if info.get("rehydration", []) != [list(pair) for pair in job.rehydration]:
         raise UserError(f"token shard {job.target}: written with --rehydration {info.get('rehydration', [])}, "
                         f"now {[list(pair) for pair in job.rehydration]}; use a new --out")
-    return info
+    return info if info.get("source_sha256") == fs.sha256(job.source) else None
 
 
 def target_of(shard: str, corpus: str) -> Path:
     """``lang=<l>/bucket=<b>/part-N`` for the corpus shard ``lang=<l>/bucket=<b>/part-N.arrow``."""
-    from pipeline.output import fs
-
     return Path(posixpath.splitext(fs.relative(shard, corpus))[0])
 
 
@@ -186,8 +186,6 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
-    from pipeline.output import fs
-
     fs.check_folder(str(out), "--out")
     shards = language_shards(corpus, buckets, languages)
     if (out / META).is_file():

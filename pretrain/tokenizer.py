@@ -52,11 +52,13 @@ def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterabl
         raise UserError(f"corpus {corpus}: no such directory")
     buckets, wanted = set(buckets), list(languages)
     found: dict[str, list[str]] = {}
+    present: set[str] = set()
     for path in shard_files(corpus):
         lang_dir, bucket_dir, name = fs.relative(path, corpus).split("/")
         lang, bucket = lang_dir[len("lang="):], bucket_dir[len("bucket="):]
         if (wanted and lang not in wanted) or not name.endswith((".arrow", ".parquet")):
             continue
+        present.add(bucket)
         paths = found.setdefault(lang, [])
         if not buckets or bucket in buckets:
             paths.append(path)
@@ -64,6 +66,9 @@ def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterabl
     if missing:
         raise UserError(f"corpus {corpus}: no lang={missing[0]} directory")
     empty = [lang for lang, paths in found.items() if not paths]
+    if found and len(empty) == len(found):  # a bucket name mistyped, or one this corpus has none of
+        raise UserError(f"corpus {corpus}: no language has a shard in buckets {', '.join(sorted(buckets))} "
+                        f"(its buckets: {', '.join(sorted(present))})")
     if empty:
         where = f" in buckets {', '.join(sorted(buckets))}" if buckets else ""
         raise UserError(f"corpus {corpus}: lang={empty[0]} has no shard{where} (empty language; "
@@ -277,6 +282,8 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
     if sample_size < 1:
         raise UserError(f"--sample-size {sample_size}: must be at least 1 (sentences)")
+    if seed < 0:
+        raise UserError(f"--seed {seed}: must be 0 or more")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
     from pipeline.output import fs

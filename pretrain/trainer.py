@@ -341,6 +341,9 @@ class Trainer:
         tag = self.checkpoints.resolve(tag)
         meta, rank_state = self.checkpoints.load(self.engine, tag, self.meta, universal=self.universal)
         self.step = meta["step"]
+        if self.step > self.cfg.steps:
+            raise UserError(f"--resume: checkpoint {tag} is at step {self.step}, past --steps {self.cfg.steps}: nothing "
+                            f"to train; give --steps above {self.step} to go on")
         if rank_state is None:
             loader_cfg = dataclasses.replace(self.cfg.loader, seed=self.cfg.loader.seed + self.step)
             self.loader = MLMLoader(self.loader.shards, loader_cfg, self.rank, self.world_size, self.tokenizer)

@@ -2,6 +2,7 @@
 generator, run dir / checkpoints dir / step dir addressing, and one-line errors."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,23 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     ours = model.state_dict()
     name = next(k for k in ours if k.startswith("generator.") and k.endswith("word_embeddings.weight"))
     torch.testing.assert_close(gen.state_dict()["deberta.embeddings.word_embeddings.weight"], ours[name])
+    # a run copied from another machine: its meta.json names a tokenizer dir that is not here. The
+    # export wrote the weights over the previous export before it failed, and could not be given one
+    exported = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir() if p.is_file()}
+    meta = run / "checkpoints" / "step-2" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "tokenizer_dir": "/cluster/shared/tok"}))
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf")]) == 2
+    assert "tokenizer dir /cluster/shared/tok (named by the checkpoint's meta.json): no such directory; pass " \
+           "--tokenizer" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir() if p.is_file()} == exported
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf"), "--tokenizer", str(sample_tokenizer)]) == 0
+    assert (tmp_path / "hf" / "spm.model").read_bytes() == exported["spm.model"]
+    assert (tmp_path / "hf" / "model.safetensors").read_bytes() != exported["model.safetensors"]  # step-2's now
+    assert not list(tmp_path.glob(".hf*"))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "notes"), "--tokenizer", str(sample_tokenizer)]) == 2
+    assert "the folder holds 'todo.txt', not written by this command" in capsys.readouterr().err
     assert main(["export", "--checkpoint", str(run / "checkpoints" / "step-1"), "--tag", "step-2",
                  "--out", str(tmp_path / "x")]) == 2
     assert "--tag step-2 names another one" in capsys.readouterr().err

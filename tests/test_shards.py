@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.output.shards import read_shard, write_table
 from pipeline.util.errors import UserError
 from pretrain.__main__ import main
 from pretrain.shards import TokenShards, tokenize_corpus, valid_score
@@ -70,6 +71,20 @@ def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Pat
     assert not list(out.rglob("*.tmp-*"))
     with pytest.raises(UserError, match="--valid-fraction"):
         tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=0.5)
+    # the corpus copied elsewhere (same files): nothing redone; a shard rewritten since: redone (its
+    # old tokens were kept, silently)
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("shard.json")}
+    tokenize_corpus(corpus, sample_tokenizer, out, valid_fraction=VALID)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("shard.json")} == stamps
+    shard = sorted((corpus / "lang=de" / "bucket=all").glob("part-*.arrow"))[0]
+    write_table(read_shard(str(shard)).slice(0, 5), str(shard), "arrow")
+    tokenize_corpus(corpus, sample_tokenizer, out, valid_fraction=VALID)
+    info = json.loads((out / "lang=de" / "bucket=all" / shard.stem / "shard.json").read_text())
+    assert info["train"]["documents"] + info["valid"]["documents"] + info["empty_documents"] == 5
+    assert [p for p in out.rglob("shard.json") if p.stat().st_mtime_ns != stamps[p]] == [
+        out / "lang=de" / "bucket=all" / shard.stem / "shard.json"]
 
 
 def test_cli_help_documents_every_option(capsys) -> None:
@@ -138,4 +153,4 @@ def test_empty_language_is_a_clear_error(sample_corpus: Path, sample_tokenizer: 
     err = capsys.readouterr().err
     assert "lang=xx" in err and "empty language" in err and err.count("\n") == 1
     assert main(args + ["--out", str(tmp_path / "t"), "--buckets", "head"]) == 2
-    assert "no shard in buckets head" in capsys.readouterr().err
+    assert "no language has a shard in buckets head (its buckets: all)" in capsys.readouterr().err

@@ -170,6 +170,12 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, languages=["qq"])
     with pytest.raises(UserError, match="--sample-size 0: must be at least 1"):
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, sample_size=0)
+    with pytest.raises(UserError, match="--seed -1: must be 0 or more"):  # a traceback from numpy's RNG
+        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, seed=-1)
+    # a bucket this corpus has none of (built without perplexity: only `all`) named the first language
+    # as empty and told to leave it out, which moved the error to the next one
+    with pytest.raises(UserError, match=r"no language has a shard in buckets head, middle \(its buckets: all\)"):
+        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, buckets=["head", "middle"])
     # --out given the corpus, or a file: refused before any work, nothing replaced
     before = sorted(p.name for p in corpus.iterdir())
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(corpus), "--vocab-size", "1000"]) == 2

@@ -247,6 +247,19 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
                     character_coverage=0.98)
     with pytest.raises(UserError, match="were written with tokenizer"):
         trainer_for(tmp_path, other, sample_tokens)
+    # what the checkpoint carries: a new learning rate was silently the old one (DeepSpeed restores the
+    # optimizer's settings with its state) while the next checkpoint recorded the new one
+    with pytest.raises(UserError, match=r"written with another optimizer \(lr: checkpoint 0\.\d+, now 0\.5\): the "
+                                        r"checkpoint carries it"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, optimizer={"lr": 0.5}).resume(None)
+    with pytest.raises(UserError, match="another loader"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, loader={"mask_prob": 0.2}).resume(None)
+    with pytest.raises(UserError, match="checkpoint step-2 is at step 2, past --steps 1: nothing to train"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=1).resume(None)
+    resumed = trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, schedule={"decay": "constant"},
+                          intervals={"log": 1})
+    resumed.resume(None)  # what is computed from the config each step may change
+    assert resumed.step == 2
 
 
 def test_a_truncated_checkpoint_names_itself_and_the_way_out(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
