@@ -47,8 +47,9 @@ def test_checkpoint_and_its_export_give_the_same_results(tmp_path: Path, sample_
     Trainer(load_run_config(str(tmp_path / "run.yaml")), str(tmp_path / "run.yaml")).train()
     export(str(tmp_path / "run"), None, str(tmp_path / "hf"))
     for name, model in (("ckpt", tmp_path / "run"), ("hf", tmp_path / "hf")):
-        assert xeval("xnli", "--model", str(model), "--data", str(FIXTURES), "--out", str(tmp_path / name), *ARGS) == 0
-    ckpt, hf = (json.loads((tmp_path / n / "results.json").read_text()) for n in ("ckpt", "hf"))
+        assert xeval("xnli", "--model", str(model), "--data", str(FIXTURES), "--out", str(tmp_path / f"out-{name}"),
+                     *ARGS) == 0  # not tmp_path / "hf", the model's own folder
+    ckpt, hf = (json.loads((tmp_path / f"out-{n}" / "results.json").read_text()) for n in ("ckpt", "hf"))
     assert ckpt["model"]["kind"] == "checkpoint" and hf["model"]["kind"] == "hf"
     assert ckpt["seeds"] == hf["seeds"]
 
