@@ -178,6 +178,10 @@ class CheckpointManager:
         broken (naming ``flag``, the option that gave the checkpoint)."""
         tag = tag or self.latest()
         if tag is None:
+            found = sorted(p.name for p in self.directory.iterdir() if p.is_dir()) if self.directory.is_dir() else []
+            if (self.directory / LATEST).is_file():  # cut short or emptied by hand: it names none
+                raise UserError(f"{flag}: {self.directory / LATEST} is empty, it names no checkpoint; give one by name "
+                                f"(found: {', '.join(found) or 'none'})")
             raise UserError(f"{flag}: no checkpoint in {self.directory} (no `{LATEST}` file)")
         tag_dir = self.directory / tag
         if not tag_dir.is_dir():

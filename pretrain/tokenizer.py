@@ -284,6 +284,8 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--sample-size {sample_size}: must be at least 1 (sentences)")
     if seed < 0:
         raise UserError(f"--seed {seed}: must be 0 or more")
+    if not 10 <= max_sentence_bytes <= 1 << 30:  # SentencePiece's range; below it every line was left out
+        raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
     from pipeline.output import fs

@@ -170,6 +170,8 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, languages=["qq"])
     with pytest.raises(UserError, match="--sample-size 0: must be at least 1"):
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, sample_size=0)
+    with pytest.raises(UserError, match=r"--max-sentence-bytes 0: must be 10 to 1073741824 \(SentencePiece's range\)"):
+        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, max_sentence_bytes=0)  # said: empty language
     with pytest.raises(UserError, match="--seed -1: must be 0 or more"):  # a traceback from numpy's RNG
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, seed=-1)
     # a bucket this corpus has none of (built without perplexity: only `all`) named the first language

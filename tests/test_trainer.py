@@ -254,6 +254,12 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, optimizer={"lr": 0.5}).resume(None)
     with pytest.raises(UserError, match="another loader"):
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, loader={"mask_prob": 0.2}).resume(None)
+    latest = tmp_path / "run" / "checkpoints" / "latest"
+    named = latest.read_text()
+    latest.write_text("")
+    with pytest.raises(UserError, match=r"checkpoints/latest is empty, it names no checkpoint; give one by name \(found: step-2\)"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4).resume(None)
+    latest.write_text(named)
     with pytest.raises(UserError, match="checkpoint step-2 is at step 2, past --steps 1: nothing to train"):
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=1).resume(None)
     resumed = trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, schedule={"decay": "constant"},
