@@ -211,9 +211,9 @@ class CheckpointManager:
         for key in RESUME_FIXED if saved is not None else ():
             if saved.get(key) != now.get(key):
                 raise UserError(f"--resume: checkpoint {tag_dir} was written with another {key} "
-                                f"({_diff(saved.get(key), now.get(key))}): the checkpoint carries it (optimizer state and settings, data position, RNG, batch), so "
-                                f"the change would be undone or would end exact resume; resume with the checkpoint's "
-                                f"values, or start a new run dir")
+                                f"({_diff(saved.get(key), now.get(key))}): the checkpoint carries it (optimizer state "
+                                f"and settings, data position, RNG, batch), so the change would be undone or would end "
+                                f"exact resume; resume with the checkpoint's values, or start a new run dir")
         if meta["world_size"] != self.world_size and not universal:
             raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
                             f"{self.world_size}: exact resume needs the same count; add --universal to continue "
