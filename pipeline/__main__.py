@@ -89,7 +89,7 @@ def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from .output import fs, stores
-    from .output.layout import REPORT
+    from .output.layout import REPORT, missing_shards
     from .report.corpus_report import REPORT_FILES, build
 
     if extra:
@@ -98,6 +98,9 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     fs.check_folder(out, "--out", REPORT_FILES)  # the report replaces its own files, and no one else's
     stores.open_stores(args, {"CORPUS": args.corpus}, {"--out": out})
     written = build(args.corpus, out)
+    gap = missing_shards(args.corpus)
+    if gap:  # the report describes stats.json's corpus
+        print(f"warning: corpus {args.corpus}: {gap}", file=sys.stderr)
     print(f"corpus report: {next(p for p in written if p.endswith('report.html'))} (and report.md, {len(written) - 2} plots)")
     return 0
 
@@ -188,7 +191,7 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
         raise UserError(f"unknown option or argument {extra[0]!r}")
     if args.sample < 1:
         raise UserError(f"--sample {args.sample}: must be at least 1 (documents per language)")
-    fs.check_file(args.out)  # before the corpus is read
+    fs.check_file(args.out, "--out")  # before the corpus is read
     stores.open_stores(args, {"--corpus": args.corpus}, {"--out": args.out})
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)

@@ -462,6 +462,9 @@ def status(path: str) -> list[str]:
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{fs.join(path, RUN_FILE)}: not as pipeline run writes it ({type(exc).__name__}: "
                             f"{exc})") from None
+        gap = layout.missing_shards(path)
+        if gap:
+            lines.append(f"  incomplete: {gap}")
     folders = [(f"{folder} (unfinished run)", state["task_folder"]) for folder, state in unfinished(path)
                if state.get("task_folder")]
     lines += [f"{folder}: an unfinished run of a runner without a task ledger; "

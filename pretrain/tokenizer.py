@@ -19,6 +19,7 @@ import io
 import json
 import re
 import shutil
+import sys
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -45,11 +46,14 @@ def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterabl
     """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages.
     ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
     from pipeline.output import fs
-    from pipeline.output.layout import shard_files
+    from pipeline.output.layout import missing_shards, shard_files
 
     corpus = str(corpus)
     if fs.is_local(corpus) and not Path(corpus).is_dir():
         raise UserError(f"corpus {corpus}: no such directory")
+    gap = missing_shards(corpus)
+    if gap:  # sampling.json's weights describe the whole corpus, the shards read are fewer
+        print(f"warning: corpus {corpus}: {gap}", file=sys.stderr)
     buckets, wanted = set(buckets), list(languages)
     found: dict[str, list[str]] = {}
     present: set[str] = set()

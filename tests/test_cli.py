@@ -126,7 +126,8 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
              "no lmplz and build_binary there"),
             (["train-lm", "--config", str(tmp_path / "ref.yaml"), "--out", str(tmp_path / "lm")], "vocab_size must be an integer"),
             (["cutoffs", "--corpus", str(tmp_path), "--out", str(tmp_path / "c.csv"), "--sample", "0"], "--sample 0: must be"),
-            (["cutoffs", "--corpus", str(tmp_path), "--out", f"{folder}/"], "a folder; a file name is needed")):
+            (["cutoffs", "--corpus", str(tmp_path), "--out", f"{folder}/"], f"--out {folder}/: a folder; a file name is needed"),
+            (["cutoffs", "--corpus", str(tmp_path), "--out", ""], "--out '': an empty path; a file name is needed")):
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
     assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"

@@ -224,3 +224,25 @@ def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_
     monkeypatch.setattr(tok, "write_json", real)
     meta = train_tokenizer(sample_corpus, out, vocab_size=1000, sample_size=2000, languages=["de", "en"])
     assert Tokenizer.load(out).fingerprint == meta["fingerprint"] and [p.name for p in tmp_path.iterdir()] == ["tok"]
+
+
+def test_a_corpus_missing_shards_is_said(sample_corpus: Path, tmp_path: Path, capsys) -> None:
+    """A corpus whose shards were removed or not copied whole: ``pipeline status`` called it finished,
+    and ``report`` and the tokenizer read it silently (sampling.json's weights are the whole corpus's)."""
+    from pipeline.__main__ import main as pipeline_main
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    assert pipeline_main(["status", str(corpus)]) == 0
+    assert "incomplete" not in capsys.readouterr().out
+    language_shards(corpus)
+    assert capsys.readouterr().err == ""
+    shards = sorted(corpus.glob("lang=*/bucket=*/part-*.arrow"))
+    shards[0].unlink()
+    assert pipeline_main(["status", str(corpus)]) == 0
+    assert (f"incomplete: 1 of the {len(shards)} shards {corpus / 'stats.json'} counts are missing"
+            in capsys.readouterr().out)
+    assert shards[0] not in [Path(p) for paths in language_shards(corpus).values() for p in paths]
+    assert capsys.readouterr().err.startswith(f"warning: corpus {corpus}: 1 of the {len(shards)} shards")
+    assert pipeline_main(["report", str(corpus), "--out", str(tmp_path / "report")]) == 0
+    assert capsys.readouterr().err.startswith(f"warning: corpus {corpus}: 1 of the {len(shards)} shards")

@@ -203,15 +203,18 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
     remove_folder(staging)
 
 
-def check_file(path: str) -> None:
-    """That local ``path`` can be written as a file: it is not a folder, and no file is in the way
-    of the folders above it. A store path passes."""
+def check_file(path: str, what: str = "") -> None:
+    """That local ``path`` can be written as a file: it is not empty nor a folder, and no file is in
+    the way of the folders above it. A store path passes. ``what``: the option it came from."""
+    named = f"{what} {path}".strip() if path else f"{what} ''".strip()
+    if not path:
+        raise UserError(f"{named}: an empty path; a file name is needed here")
     if not is_local(path):
         return
     if path.endswith(("/", os.sep)) or Path(path).is_dir():
-        raise UserError(f"{path}: a folder; a file name is needed here")
+        raise UserError(f"{named}: a folder; a file name is needed here")
     if (blocking := _file_at_or_above(Path(path).parent)) is not None:
-        raise UserError(f"{path}: {blocking} is a file, not a folder")
+        raise UserError(f"{named}: {blocking} is a file, not a folder")
 
 
 def check_folder(path: str, what: str, own: Iterable[str] | None = None) -> None:

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+from ..util.errors import UserError
 from . import fs
 
 FORMATS = {"arrow": ".arrow", "parquet": ".parquet", "json": ".json.gz"}
@@ -64,6 +65,26 @@ def shard_files(output: str, fmt: str = "arrow") -> list[str]:
     """The shards of a corpus folder in format ``fmt`` (``lang=*/bucket=*/part-*`` for Arrow and
     Parquet), sorted."""
     return fs.match_optional(output, *shard_glob(fmt))
+
+
+def missing_shards(output: str) -> str | None:
+    """How a finished corpus's shard files fall short of the count its ``stats.json`` records (shards
+    removed by hand or a copy cut short: a reader would see a smaller corpus than stats.json and
+    sampling.json describe), or None when they are all there. A corpus without stats.json: None."""
+    stats_path = fs.join(output, ARTIFACTS[0])
+    if not fs.exists(stats_path):
+        return None
+    stats = fs.read_json(stats_path, ("config", "counters"))
+    try:
+        fmt = stats["config"].get("write", {}).get("format", "arrow")
+        expected = int(stats["counters"].get("write", {}).get("shards", 0))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise UserError(f"{stats_path}: not as pipeline run writes it ({type(exc).__name__}: {exc})") from None
+    found = len(shard_files(output, fmt if fmt in FORMATS else "arrow"))
+    if found >= expected:
+        return None
+    return (f"{expected - found} of the {expected} shards {stats_path} counts are missing ({found} found under "
+            f"{shard_pattern(output, fmt if fmt in FORMATS else 'arrow')}): removed, or not copied whole")
 
 
 def records_path(output: str, folder: str, part: int) -> str:
