@@ -476,7 +476,7 @@ def _default_peak() -> float | None:
 def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--config", required=True, help="run YAML (configs/pretrain/*.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (value read as YAML), e.g. --set optimizer.lr=0.0001 (YAML reads 1e-4 as a string; 1.0e-4 is a number); repeatable")
+                        help="override one config key (value read as YAML), e.g. --set optimizer.lr=1e-4; repeatable")
     parser.add_argument("--output", help="run directory (overrides `output`)")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides `steps`)")
     parser.add_argument("--deepspeed-config", dest="deepspeed", help="DeepSpeed JSON (overrides `deepspeed`)")

@@ -180,7 +180,10 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
     with pytest.raises(UserError, match=r"^--set lid=\{threshold: 7\}: lid.threshold=7.0 is out of range"):
         load_config(str(config), sets=["dedup.policy=keep_first", "lid.threshold=0.5", "lid={threshold: 7}"])
     with pytest.raises(UserError, match="^command line: steps: 'lid' is named twice"):
-        load_config(str(config), {"steps": ["lid", "lid"]}, sets=["steps=[dedup, lid]"])
+        load_config(str(config), {"steps": ["lid", "lid"]}, sets=["dedup.policy=keep_first"])
+    # a key given by both (--output and --set output=): the option won, which the README said --set would
+    with pytest.raises(UserError, match=r"^output: set by --set output=b and by its command-line option; give one"):
+        load_config(str(config), {"output": "a"}, sets=["output=b"])
     with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml with --set num_attention_heads=3 --set pad_token_id=1: "):
         load_model_config("xlmr-tiny", sets=["num_attention_heads=3", "pad_token_id=1"])
 

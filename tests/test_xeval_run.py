@@ -221,11 +221,14 @@ def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
     for engine in ("ours", "hf"):
         out = tmp_path / f"out-{engine}"  # not tmp_path / "hf", the model's own folder
         assert xeval("xnli", "--model", str(hf_dir), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,de",
-                     "--seeds", "3", "--engine", engine, "--set", "epochs=1", *ARGS) == 0
+                     "--seeds", "3", "--engine", engine, *ARGS) == 0
         results = json.loads((out / "results.json").read_text())
         assert results["model"]["engine"] == engine
         accuracy[engine] = results["seeds"][0]["test"]
     assert set(accuracy["ours"]) == set(accuracy["hf"]) == {"en", "de"}
+    for lang in ("en", "de"):  # each engine tested every pair of the fixtures, each pair once
+        ours, hf = accuracy["ours"][lang], accuracy["hf"][lang]
+        assert ours["n"] == hf["n"] > 0 and sum(map(sum, ours["confusion"])) == sum(map(sum, hf["confusion"])) == ours["n"]
 
 
 def _error(capsys, *argv: str) -> str:

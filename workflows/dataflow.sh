@@ -37,7 +37,7 @@
 #   MACHINE_TYPE   worker machine type [n2-highmem-8]
 #   MAX_WORKERS    autoscaling limit [200]
 #   DISK_GB        worker disk (CCNet's arpa.bin files are copied there) [200]
-#   OVERWRITE      1: replace an incomplete earlier output (shards but no stats.json) [0]
+#   OVERWRITE      1: replace the corpus an earlier run finished in OUTPUT (--overwrite) [0]
 #   EXTRA_FLAGS    more Beam options, e.g. "--service_account_email=... --subnetwork=..."
 #   TEMPLATE       where --dry-run writes the job [gs://$BUCKET/templates/polyglot-corpus-$SNAPSHOT.json]
 #   PY             Python of the virtualenv [.venv/bin/python]
@@ -131,20 +131,16 @@ if [[ "$MIRROR" == 1 && "$DRY_RUN" != 1 ]]; then
   rm -rf "$list"
 fi
 
-# 4. an earlier run that did not finish left shards without stats.json: `pipeline run` refuses to
-#    write over them without --overwrite. Make sure no job is still running first
+# 4. `pipeline run` keeps a finished corpus in $OUTPUT unless told to replace it (--overwrite), and
+#    removes what a run that died left (_staging-<id>/, once its lease has not been renewed for
+#    2 minutes). A driver that died may leave its Dataflow job running: list and cancel it first
 #    (gcloud dataflow jobs list --region $REGION --status=active).
 OVERWRITE_FLAG=()
 RUN_FLAGS=()
 if [[ "$DRY_RUN" == 1 ]]; then
   RUN_FLAGS=(--template_location="$TEMPLATE")
-elif "$GSUTIL" -q ls "$OUTPUT/**" >/dev/null 2>&1; then
-  if [[ "$OVERWRITE" == 1 ]]; then
-    OVERWRITE_FLAG=(--overwrite)
-  else
-    echo "error: $OUTPUT holds files of an unfinished run (no stats.json); check that no Dataflow job is still writing, then rerun with OVERWRITE=1" >&2
-    exit 1
-  fi
+elif [[ "$OVERWRITE" == 1 ]]; then
+  OVERWRITE_FLAG=(--overwrite)
 fi
 
 # 5. submit and wait (or, with --dry-run, stage and write the job to $TEMPLATE)

@@ -242,7 +242,8 @@ def read_yaml(path: str) -> dict[str, Any]:
 def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None,
                        sets: list[str] | None = None) -> tuple[dict[str, Any], Source]:
     """The YAML file's mapping (if any) with ``--set key=value`` strings (values read as YAML) and
-    direct overrides (None values ignored) applied at their dotted keys, and where its values came from."""
+    direct overrides (a command's own options; None values ignored) applied at their dotted keys, and
+    where its values came from. A key given both by ``--set`` and by an option is an error."""
     data: dict[str, Any] = read_yaml(path) if path else {}
     given: dict[str, str] = {}
     for item in sets or []:
@@ -257,6 +258,9 @@ def merged_config_data(path: str | None, overrides: dict[str, Any] | None = None
         _record(given, key.strip(), f"--set {item.strip()}")
     for key, value in (overrides or {}).items():
         if value is not None:
+            clash = [k for k in given if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
+            if clash:  # which should win is a guess either way
+                raise UserError(f"{key}: set by {given[clash[0]]} and by its command-line option; give one of them")
             _set_dotted(data, key, value)
             _record(given, key, "command line")
     return data, Source(path, given)
