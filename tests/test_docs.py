@@ -42,9 +42,9 @@ def defined_names(module: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
-def test_the_documents_imports_exist(doc):
-    shown = IMPORT.findall(doc.read_text(encoding="utf-8"))
+def test_the_documents_imports_exist():
+    shown = [found for doc in DOCS for found in IMPORT.findall(doc.read_text(encoding="utf-8"))]
+    assert shown  # the pattern still finds the examples README.md shows
     missing = [f"from {module} import {name}" for module, names in shown
                for name in (n.strip() for n in names.split(",")) if name and name not in defined_names(module)]
     assert not missing, "\n".join(missing)

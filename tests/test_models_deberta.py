@@ -74,4 +74,5 @@ def test_bf16_forward_backward_is_finite():
     out = classifier(input_ids, attention_mask, torch.tensor([0, 1, 2, 1]))
     out.loss.backward()
     assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
-    assert all(torch.isfinite(p.grad).all() for p in classifier.parameters() if p.grad is not None)
+    grads = [p.grad for p in classifier.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)

@@ -95,6 +95,7 @@ def test_bf16_forward_backward_is_finite():
     out = model(masked, attention_mask, labels)
     out.loss.backward()
     assert torch.isfinite(out.loss) and out.loss.dtype == torch.float32
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
     classifier = build_classifier(cfg, 3).to(torch.bfloat16)
     assert torch.isfinite(classifier(input_ids, attention_mask).logits).all()

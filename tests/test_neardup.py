@@ -525,7 +525,7 @@ def test_documents_reach_the_join_through_the_scratch_folder_or_as_bytes(planted
 
 
 def test_documents_go_to_the_join_in_chunks_by_partition_and_as_bytes_when_a_write_fails(originals, tmp_path):
-    docs = [{"id": f"<urn:{i}>", "text": text} for i, text in enumerate(originals[:40])]
+    docs = [{"id": f"<urn:{i}>", "text": doc["text"]} for i, doc in enumerate(originals[:40])]
     fn = DocsByPartition(str(tmp_path), 3)
     fn.CHUNK_BYTES = sum(len(doc["text"]) for doc in docs) // 8  # a few documents a chunk
     fn.start_bundle()

@@ -478,12 +478,14 @@ def test_buckets_split_at_the_cutoffs(bucketed):
 
     cutoffs = read_cutoffs(str(bucketed / "cutoff.csv"))
     stats = json.loads((bucketed / "corpus" / "stats.json").read_text())
+    shards = sorted((bucketed / "corpus").glob("lang=*/bucket=*/part-*.arrow"))
+    assert len(stats["languages"]) == 11 and len(shards) >= 33  # the sample's languages, three buckets each
     for lang, entry in stats["languages"].items():
         assert set(entry["buckets"]) == {"head", "middle", "tail"}, lang
         assert len(entry["perplexity_deciles"]) == 11
         head = entry["buckets"]["head"]["documents"] / entry["documents"]
         assert 0.15 <= head <= 0.45, (lang, head)  # ~30 % below the 30th percentile of the same documents
-    for path in sorted((bucketed / "corpus").glob("lang=*/bucket=*/part-*.arrow")):
+    for path in shards:
         lang = path.parent.parent.name.removeprefix("lang=")
         for row in read_shard(str(path)).to_pylist():
             c = cutoffs[lang]
@@ -493,7 +495,7 @@ def test_buckets_split_at_the_cutoffs(bucketed):
 
 def test_sampling_over_chosen_buckets(bucketed):
     sampling = json.loads((bucketed / "corpus" / "sampling.json").read_text())
-    assert sampling["buckets"] == ["head", "middle"]
+    assert sampling["buckets"] == ["head", "middle"] and len(sampling["languages"]) == 11
     for lang, weights in sampling["languages"].items():
         buckets = sampling["corpus"][lang]["buckets"]
         assert weights["n"] == buckets["head"]["characters"] + buckets["middle"]["characters"]
