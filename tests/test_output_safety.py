@@ -127,6 +127,23 @@ def test_an_input_in_the_output_folder_is_one_line(wet, tmp_path, capsys):
     assert main(["status", str(tmp_path / "in" / "corpus")]) == 0  # the corpus is still whole
 
 
+def test_one_file_given_twice_under_two_names_is_one_line(wet, tmp_path, capsys):
+    """A copy or a link beside the original: exact dedup removed every copy's paragraphs (both
+    documents lost), near-dup, which knows a document by its record id, kept both."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.warc.wet.gz").write_bytes(Path(wet).read_bytes())
+    (tmp_path / "in" / "b.warc.wet.gz").symlink_to(wet)
+    args = ["--input", str(tmp_path / "in" / "*.gz"), "--set", "beam_options=[]", "--output", str(tmp_path / "out")]
+    assert run_cli(*args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: input files {tmp_path / 'in' / 'a.warc.wet.gz'} and {tmp_path / 'in' / 'b.warc.wet.gz'} "
+                   "hold the same bytes (1 such group): their records would be read twice; give each file once")
+    (tmp_path / "in" / "b.warc.wet.gz").unlink()
+    other = sorted(Path(wet).parent.glob("*.warc.wet.gz"))[1]
+    (tmp_path / "in" / "b.warc.wet.gz").write_bytes(other.read_bytes()[:Path(wet).stat().st_size])  # same size
+    assert run_cli(*args, "--set", "steps=[lid]") == 0  # another file of the same size is read
+
+
 def test_a_run_whose_every_record_is_rejected_leaves_the_previous_corpus(wet, tmp_path, capsys):
     """Input that is all bad (another compression under a .gz name, an empty file, a dangling link):
     one line with the reasons and the first rejection, exit 2, and the corpus there is kept (it was

@@ -68,6 +68,22 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
+def same_bytes(files: dict[str, int]) -> list[list[str]]:
+    """Groups of two or more of ``files`` (path: size, as :func:`match_inputs` gives them) that hold
+    the same bytes: one file under two names, a link, a copy. Only files of equal size are compared,
+    by their SHA-256 here and by the store's checksum (GCS's MD5 or CRC, S3's ETag) in a bucket."""
+    by_size: dict[int, list[str]] = {}
+    for path, n in files.items():
+        if n > 0:
+            by_size.setdefault(n, []).append(path)
+    groups: dict[tuple[int, str], list[str]] = {}
+    for n, paths in by_size.items():
+        for path in paths if len(paths) > 1 else ():
+            key = sha256(path) if is_local(path) else beam_filesystems().checksum(path)
+            groups.setdefault((n, key), []).append(path)
+    return [paths for paths in groups.values() if len(paths) > 1]
+
+
 def match_optional(base: str, *pattern: str) -> list[str]:
     """Sorted files below folder ``base`` that match the glob ``pattern`` parts joined below it
     (Beam's globs: ``*`` within a folder, ``**`` across folders); none is fine. ``base`` is a path,
