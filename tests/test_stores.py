@@ -259,8 +259,14 @@ def error_line(capsys) -> str:
 def test_a_store_that_refuses_is_one_line_before_any_work(s3_server, gcs_emulator, sample, capsys):
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     s3_server.client.put_object(Bucket="polyglot", Key="crawl/a.warc.wet.gz", Body=Path(wet).read_bytes())
+    for name in ("a", "b"):  # one file under two names, in each store (the stores' checksums compare them)
+        s3_server.client.put_object(Bucket="polyglot", Key=f"twice/{name}.warc.wet.gz", Body=Path(wet).read_bytes())
+        gcs_emulator[1].blob(f"twice/{name}.warc.wet.gz").upload_from_filename(wet)
     flags = s3_server.flags
     cases = [
+        *[(["--input", f"{store}://polyglot/twice/*.gz", "--output", f"{store}://polyglot/corpus", *extra],
+           f"error: input files {store}://polyglot/twice/a.warc.wet.gz and {store}://polyglot/twice/b.warc.wet.gz "
+           "hold the same bytes") for store, extra in (("s3", flags), ("gs", []))],
         (["--input", "s3://polyglot/crawl/*.gz", "--output", "s3://no-such-bucket/corpus", *flags],
          "error: output s3://no-such-bucket/corpus: bucket s3://no-such-bucket does not exist"),
         (["--input", "s3://missing-bucket/crawl/*.gz", "--output", "s3://polyglot/corpus", *flags],

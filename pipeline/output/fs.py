@@ -79,7 +79,10 @@ def same_bytes(files: dict[str, int]) -> list[list[str]]:
     groups: dict[tuple[int, str], list[str]] = {}
     for n, paths in by_size.items():
         for path in paths if len(paths) > 1 else ():
-            key = sha256(path) if is_local(path) else beam_filesystems().checksum(path)
+            try:
+                key = sha256(path) if is_local(path) else beam_filesystems().checksum(path)
+            except Exception:  # noqa: BLE001  unreadable now: its reading names the error (a rejected file)
+                key = f"unread:{path}"
             groups.setdefault((n, key), []).append(path)
     return [paths for paths in groups.values() if len(paths) > 1]
 
