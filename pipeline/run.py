@@ -27,7 +27,6 @@ from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
 from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
-from .output.shards import write_json
 from .readers import spill
 from .report.corpus_report import build as build_report
 from .report.html import preload as preload_report
@@ -58,7 +57,7 @@ def commit(staging: str, final: str, stale: list[str]) -> None:
     plan = {"moves": [fs.relative(p, staging) for p in previous_outputs(staging)],
             "delete": [fs.relative(p, final) for p in stale]}
     faults.fault_point("POLYGLOT_FAULT", "commit", 0)
-    write_json(plan, fs.join(staging, COMMIT))
+    fs.write_json(fs.join(staging, COMMIT), plan)
     _apply(staging, final, plan)
 
 
@@ -380,7 +379,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = fs.read_json(fs.join(staging, RUN_STATE), ("task_folder",)) if continued else {
                 "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
-            ledger.write_json(fs.join(staging, RUN_STATE), state)
+            fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
             flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
             cfg = dataclasses.replace(cfg, beam_options=[*cfg.beam_options, *flags])
@@ -441,7 +440,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
            "beam_options": cfg.beam_options, **({"tasks": result.tasks} if getattr(result, "tasks", None) else {}),
            **({"transform_s": seconds} if local and (seconds := transform_seconds(result)) else {}),
            **({"io": fs.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
-    write_json(run, fs.join(cfg.output, RUN_FILE))
+    fs.write_json(fs.join(cfg.output, RUN_FILE), run)
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     if isinstance(hold, lease.Lease):
         hold.check()  # a run cut off for longer than its lease: another run may have removed its folder

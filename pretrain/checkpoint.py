@@ -94,11 +94,11 @@ def missing_files(tag_dir: Path, world_size: int) -> list[str]:
 
 def read_meta(tag_dir: Path) -> dict[str, Any]:
     """The checkpoint's ``meta.json``; a missing, malformed or incomplete one is a UserError naming it."""
-    from pretrain.tokenizer import read_json
+    from pipeline.output import fs
 
     if not (tag_dir / META).is_file():
         raise UserError(f"checkpoint {tag_dir}: no {META}; not a checkpoint written by `pretrain train` or an interrupted save")
-    meta = read_json(tag_dir / META, "checkpoint")
+    meta = fs.read_json(tag_dir / META, what="checkpoint")
     missing = [key for key in ("step", "world_size", "model_config", "tokenizer_dir") if key not in meta]
     if missing:
         raise UserError(f"checkpoint {tag_dir / META}: lacks {', '.join(missing)}")

@@ -36,7 +36,7 @@ from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns, read_json, write_json
+from .tokenizer import Tokenizer, language_shards, read_columns
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -135,7 +135,7 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
         info[split] = {"documents": len(lengths), "tokens": int(offsets[-1]),
                        "max_id": int(tokens.max()) if len(tokens) else -1}
     info["train"].update(documents_before=before[0], tokens_before=before[1])
-    write_json(tmp / SHARD_META, info)
+    fs.write_json(tmp / SHARD_META, info)
     if job.target.exists():
         shutil.rmtree(job.target)
     os.rename(tmp, job.target)
@@ -150,7 +150,7 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
     path = job.target / SHARD_META
     if not path.is_file():
         return None
-    info = read_json(path, "token shard")
+    info = fs.read_json(path, what="token shard")
     if info.get("fingerprint") != fingerprint:
         raise UserError(f"token shard {job.target}: written with another tokenizer (fingerprint "
                         f"{str(info.get('fingerprint'))[:12]}, now {fingerprint[:12]}); use a new --out")
@@ -189,7 +189,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     fs.check_folder(str(out), "--out")
     shards = language_shards(corpus, buckets, languages)
     if (out / META).is_file():
-        previous = read_json(out / META, "token shards")
+        previous = fs.read_json(out / META, what="token shards")
         if previous.get("tokenizer", {}).get("fingerprint") != tokenizer.fingerprint:
             raise UserError(f"token shards {out}: written with another tokenizer; use a new --out")
     forced = forced_valid(shards, valid_fraction)
@@ -219,7 +219,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     bar.close()
     meta = shards_meta(jobs, infos, tokenizer, tokenizer_dir, corpus, buckets, valid_fraction, alpha)
     meta["rehydration"] = [list(pair) for pair in schedule]
-    write_json(out / META, meta)
+    fs.write_json(out / META, meta)
     return meta
 
 
@@ -318,7 +318,7 @@ class TokenShards:
         if not (directory / META).is_file():
             raise UserError(f"token shards {directory}: no {META} (not written by `pretrain tokenize`, or it did "
                             f"not finish: rerun it, written shards are skipped)")
-        meta = read_json(directory / META, "token shards")
+        meta = fs.read_json(directory / META, what="token shards")
         if meta.get("format") != FORMAT:
             raise UserError(f"token shards {directory / META}: format {meta.get('format')!r}, expected {FORMAT}")
         try:
@@ -335,7 +335,7 @@ class TokenShards:
             parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {s: [] for s in SPLITS}
             for rel in row["shards"]:
                 folder = directory / rel
-                info = read_json(folder / SHARD_META, "token shard")
+                info = fs.read_json(folder / SHARD_META, what="token shard")
                 if info.get("fingerprint") != meta["tokenizer"]["fingerprint"]:
                     raise UserError(f"token shard {folder}: tokenizer fingerprint differs from {directory / META}")
                 for split in SPLITS:

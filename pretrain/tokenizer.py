@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import json
 import re
 import shutil
 import sys
@@ -28,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline.output import stores
+from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import check_alpha, sampling_weights
 
@@ -45,7 +44,6 @@ SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to
 def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterable[str] = ()) -> dict[str, list[str]]:
     """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages.
     ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
-    from pipeline.output import fs
     from pipeline.output.layout import missing_shards, shard_files
 
     corpus = str(corpus)
@@ -111,31 +109,8 @@ def language_seed(seed: int, lang: str) -> list[int]:
     return [seed, zlib.crc32(lang.encode("utf-8"))]
 
 
-def read_json(path: str | Path, what: str) -> dict[str, Any]:
-    """A JSON file's object (a local path or s3:// gs://); a missing or malformed file is a UserError
-    naming it (``what`` says which file)."""
-    from pipeline.output import fs
-
-    try:
-        with fs.open_read(str(path)) as stream:
-            data = json.loads(stream.read().decode("utf-8"))
-    except (FileNotFoundError, IsADirectoryError):
-        raise UserError(f"{what} {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} {path}: not valid JSON ({exc})") from None
-    except Exception as exc:  # noqa: BLE001  a store's client: the object is missing or cannot be read
-        if not fs.is_local(str(path)) and not fs.exists(str(path)):
-            raise UserError(f"{what} {path}: no such file") from None
-        raise UserError(f"{what} {path}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{what} {path}: expected a JSON object")
-    return data
-
-
 def corpus_file(corpus: str, name: str) -> str | None:
     """``corpus/name`` when that file exists (local folder or bucket prefix), else None."""
-    from pipeline.output import fs
-
     path = fs.join(corpus, name)
     return path if fs.exists(path) else None
 
@@ -146,7 +121,7 @@ def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages:
     counts, else from ``measured`` (characters read). Returns (q, where it came from)."""
     languages, buckets = sorted(languages), sorted(buckets)
     path = corpus_file(corpus, "sampling.json")
-    report = read_json(path, "corpus statistics") if path else None
+    report = fs.read_json(path, what="corpus statistics") if path else None
     if report is not None:
         recorded = report.get("languages", {})
         same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
@@ -270,13 +245,6 @@ def hf_config() -> dict[str, Any]:
             "add_prefix_space": True, "do_lower_case": False, "split_by_punct": False, "model_max_length": 512}
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Atomically, sorted keys (pipeline.output.shards.write_json)."""
-    from pipeline.output.shards import write_json as write
-
-    write(obj, str(path))
-
-
 def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alpha: float | None = None,
                     buckets: Iterable[str] = (), languages: Iterable[str] = (), sample_size: int = 2_000_000,
                     short: str = "repeat", character_coverage: float = 0.9995, byte_fallback: bool = False,
@@ -292,15 +260,13 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
-    from pipeline.output import fs
-
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     fs.restore_folder(out)
     fs.check_folder(str(out), "--out", (HF_MODEL, OUR_MODEL, META, TOKENIZER_CONFIG, SPECIAL_TOKENS))
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus_file(corpus, "sampling.json")
-        alpha = float(read_json(path, "corpus statistics").get("alpha", 0.3)) if path else 0.3
+        alpha = float(fs.read_json(path, what="corpus statistics").get("alpha", 0.3)) if path else 0.3
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
     source: list[str] = []
@@ -320,8 +286,8 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         (staging / HF_MODEL).write_bytes(fairseq)
         (staging / OUR_MODEL).write_bytes(ours)
         config = hf_config()
-        write_json(staging / TOKENIZER_CONFIG, config)
-        write_json(staging / SPECIAL_TOKENS, {k: v for k, v in config.items() if k.endswith("_token")})
+        fs.write_json(staging / TOKENIZER_CONFIG, config)
+        fs.write_json(staging / SPECIAL_TOKENS, {k: v for k, v in config.items() if k.endswith("_token")})
         meta = {
             "vocab_size": vocab_size, "fingerprint": hashlib.sha256(ours).hexdigest(),
             "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID, "mask": vocab_size - 1},
@@ -331,7 +297,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
             "languages": {r.lang: {"q": r.q, "sentences": r.available, "target": r.target, "drawn": r.drawn}
                           for r in report},
         }
-        write_json(staging / META, meta)
+        fs.write_json(staging / META, meta)
         fs.swap_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -365,7 +331,7 @@ class Tokenizer:
             if not path.is_file():
                 raise UserError(f"tokenizer {directory}: no {path.name} (write one with `python -m pretrain tokenizer`)")
         model = model_path.read_bytes()
-        meta = read_json(meta_path, "tokenizer")
+        meta = fs.read_json(meta_path, what="tokenizer")
         try:
             tokenizer = cls(model, meta)
         except RuntimeError as exc:

@@ -204,14 +204,14 @@ def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_
     out = tmp_path / "tok"
     shutil.copytree(sample_tokenizer, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real = tok.write_json
+    real = fs.write_json
 
-    def dies_at_meta(path: Path, obj: Any) -> None:
-        if path.name == tok.META:
+    def dies_at_meta(path: Path, obj: Any, **kwargs: Any) -> None:
+        if Path(path).name == tok.META:
             raise OSError("disk full")
-        real(path, obj)
+        real(path, obj, **kwargs)
 
-    monkeypatch.setattr(tok, "write_json", dies_at_meta)
+    monkeypatch.setattr(fs, "write_json", dies_at_meta)
     with pytest.raises(OSError, match="disk full"):
         train_tokenizer(sample_corpus, out, vocab_size=1000, sample_size=2000, languages=["de", "en"])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -221,7 +221,7 @@ def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_
     out.rename(old)
     fs.restore_folder(out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before and not old.exists()
-    monkeypatch.setattr(tok, "write_json", real)
+    monkeypatch.setattr(fs, "write_json", real)
     meta = train_tokenizer(sample_corpus, out, vocab_size=1000, sample_size=2000, languages=["de", "en"])
     assert Tokenizer.load(out).fingerprint == meta["fingerprint"] and [p.name for p in tmp_path.iterdir()] == ["tok"]
 

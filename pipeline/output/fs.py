@@ -123,20 +123,38 @@ def open_read(path: str) -> BinaryIO:
     return beam_filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def read_json(path: str, keys: tuple[str, ...] = ()) -> Any:
-    """A JSON file a command of ours wrote, holding at least ``keys`` (then an object); one error
-    line naming it otherwise (a file cut short, edited by hand, or not ours)."""
+def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> dict[str, Any]:
+    """A JSON object a command of ours wrote (local or in a bucket), holding at least ``keys``; one
+    error line naming it otherwise (missing, cut short, edited by hand, or not ours). ``what`` says
+    what the file is in that line ("tokenizer", "checkpoint"); without it the file is a pipeline
+    output's."""
+    path = str(path)
+    named = f"{what} {path}" if what else path
     try:
         with open_read(path) as stream:
             data = json.loads(stream.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (is this a pipeline output?)") from None
+    except (FileNotFoundError, IsADirectoryError):
+        raise UserError(f"{named}: no such file" + ("" if what else " (is this a pipeline output?)")) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})") from None
+        raise UserError(f"{named}: not valid JSON ({exc})") from None
+    except Exception as exc:  # noqa: BLE001  a store's client: the object is missing or cannot be read
+        if not is_local(path) and not exists(path):
+            raise UserError(f"{named}: no such file") from None
+        raise UserError(f"{named}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
-        raise UserError(f"{path}: not written by pipeline run (no {missing[0]!r})")
+        raise UserError(f"{named}: not written by pipeline run (no {missing[0]!r})")
+    if not isinstance(data, dict):
+        raise UserError(f"{named}: expected a JSON object")
     return data
+
+
+def write_json(path: str | Path, obj: Any, compact: bool = False) -> None:
+    """``obj`` as JSON with sorted keys, written whole (:func:`write_atomic`): indented, with a
+    final newline, for people to read, or ``compact`` (ASCII, one line: the runs' many small markers)."""
+    text = (json.dumps(obj, sort_keys=True) if compact else
+            json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_atomic(str(path), lambda stream: stream.write(text.encode("utf-8")))
 
 
 def sha256(path: str) -> str:

@@ -185,8 +185,3 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: str) -> None:
     lines = sorted(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
     body = "".join(line + "\n" for line in lines)
     fs.write_atomic(path, lambda stream: stream.write(body.encode("utf-8")))
-
-
-def write_json(obj: Any, path: str) -> None:
-    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    fs.write_atomic(path, lambda stream: stream.write(text.encode("utf-8")))

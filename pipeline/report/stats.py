@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ..output import fs
 from ..output.layout import IO_FILE
-from ..output.shards import cluster_sums, partition_sums, write_json
+from ..output.shards import cluster_sums, partition_sums
 from .sampling import rehydrated, sampling_report
 
 if TYPE_CHECKING:
@@ -133,16 +133,16 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
     if schedule:
         report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
-    write_json(report, fs.join(cfg.output, "sampling.json"))
+    fs.write_json(fs.join(cfg.output, "sampling.json"), report)
     if io := counters.get(IO_STEP):  # how the store behaved differs per run: run.json takes it (run.py)
-        write_json(io, fs.join(cfg.output, IO_FILE))
-    write_json({
+        fs.write_json(fs.join(cfg.output, IO_FILE), io)
+    fs.write_json(fs.join(cfg.output, "stats.json"), {
         "input_files": n_files,
         "counters": {step: counts for step, counts in counters.items() if step != IO_STEP},
         "languages": summary,
         "perplexity": perplexity_report(bins, bucket_cutoffs),
         "config": cfg.to_dict(),
         "versions": versions(),
-    }, fs.join(cfg.output, "stats.json"))
+    })
 
 

@@ -19,7 +19,6 @@ driver started again on the same folder runs only the tasks without one (``pipel
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from typing import Any, Iterable
@@ -62,13 +61,8 @@ class Plan:
         return [(tuple(s.labels), s.tasks) for s in self.stages]
 
 
-def write_json(path: str, obj: Any) -> None:
-    data = json.dumps(obj, sort_keys=True).encode()
-    fs.write_atomic(path, lambda stream: stream.write(data))
-
-
 def write_plan(folder: str, plan: Plan) -> None:
-    write_json(fs.join(folder, PLAN), dataclasses.asdict(plan))
+    fs.write_json(fs.join(folder, PLAN), dataclasses.asdict(plan), compact=True)
 
 
 def read_plan(folder: str) -> Plan | None:
@@ -94,7 +88,7 @@ def _index(path: str) -> tuple[int, int]:
 
 def record(folder: str, stage: int, task: int, entry: dict[str, Any]) -> None:
     """Task ``task`` of stage ``stage`` finished with ``entry`` (outputs, counts, attempt)."""
-    write_json(marker(folder, stage, task), entry)
+    fs.write_json(marker(folder, stage, task), entry, compact=True)
 
 
 def record_failure(folder: str, stage: int, task: int, error: BaseException) -> None:
@@ -120,7 +114,7 @@ def failures(folder: str) -> dict[tuple[int, int], str]:
 
 def write_inputs(folder: str, create: str, files: dict[str, int]) -> None:
     """The Create ``create`` lists the input ``files`` (path: size), in this order."""
-    write_json(fs.join(folder, INPUTS), {"create": create, "files": list(files.items())})
+    fs.write_json(fs.join(folder, INPUTS), {"create": create, "files": list(files.items())}, compact=True)
 
 
 def read_inputs(folder: str) -> tuple[str, list[int]] | None:
