@@ -158,5 +158,5 @@ say "$([[ "$DRY_RUN" == 1 ]] && echo "building (not running)" || echo submitting
 if [[ "$DRY_RUN" == 1 ]]; then
   say "job written to $TEMPLATE (not run)"
 else
-  say "done: $OUTPUT (stats.json, sampling.json, run.json, lang=*/bucket=*/part-*.arrow, rejected/)"
+  say "done: $OUTPUT (stats.json, sampling.json, run.json, lang=*/bucket=*/part-*.arrow; rejected/ where a record could not be read)"
 fi
