@@ -54,7 +54,8 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
             buckets[bucket] = buckets.get(bucket, 0) + counts["documents"]
     lines.append("  buckets (documents): " + ", ".join(f"{b}={n}" for b, n in sorted(buckets.items())))
     lines.append(f"  shards: {shard_pattern(output, fmt)}  stats: {output}/stats.json  "
-                 f"sampling: {output}/sampling.json  rejected: {output}/rejected/"
+                 f"sampling: {output}/sampling.json"
+                 + (f"  rejected: {output}/rejected/" if any(k.startswith("rejected_") for k in read) else "")
                  + (f"  removed: {output}/removed/" if report["config"]["write"]["removed"] else ""))
     lines.append(f"  report: {output}/report/report.html")
     return "\n".join(lines)
@@ -89,7 +90,7 @@ def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from .output import fs, stores
-    from .output.layout import REPORT, missing_shards
+    from .output.layout import REPORT
     from .report.corpus_report import REPORT_FILES, build
 
     if extra:
@@ -98,9 +99,6 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     fs.check_folder(out, "--out", REPORT_FILES)  # the report replaces its own files, and no one else's
     stores.open_stores(args, {"CORPUS": args.corpus}, {"--out": out})
     written = build(args.corpus, out)
-    gap = missing_shards(args.corpus)
-    if gap:  # the report describes stats.json's corpus
-        print(f"warning: corpus {args.corpus}: {gap}", file=sys.stderr)
     print(f"corpus report: {next(p for p in written if p.endswith('report.html'))} (and report.md, {len(written) - 2} plots)")
     return 0
 

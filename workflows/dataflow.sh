@@ -43,7 +43,8 @@
 #   PY             Python of the virtualenv [.venv/bin/python]
 # Needs gsutil (Google Cloud SDK) and credentials for the project (gcloud auth application-default login).
 # The job runs for hours: start this in tmux/screen or on a small VM; the driver must stay up to
-# write stats.json. A finished run (stats.json present) is not submitted again.
+# move the finished corpus into OUTPUT. A finished run (stats.json present) is not submitted again
+# unless OVERWRITE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,8 +79,8 @@ TEMPLATE=${TEMPLATE:-gs://$BUCKET/templates/$JOB_NAME.json}
 say() { echo "[dataflow] $*"; }
 gs_exists() { "$GSUTIL" -q stat "$1" 2>/dev/null; }
 
-if [[ "$DRY_RUN" != 1 ]] && gs_exists "$OUTPUT/stats.json"; then
-  say "$OUTPUT/stats.json exists: the corpus is done, nothing submitted"
+if [[ "$DRY_RUN" != 1 && "$OVERWRITE" != 1 ]] && gs_exists "$OUTPUT/stats.json"; then
+  say "$OUTPUT/stats.json exists: the corpus is done, nothing submitted (OVERWRITE=1 replaces it)"
   exit 0
 fi
 

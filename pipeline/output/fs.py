@@ -70,8 +70,10 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
 
 def same_bytes(files: dict[str, int]) -> list[list[str]]:
     """Groups of two or more of ``files`` (path: size, as :func:`match_inputs` gives them) that hold
-    the same bytes: one file under two names, a link, a copy. Only files of equal size are compared,
-    by their SHA-256 here and by the store's checksum (GCS's MD5 or CRC, S3's ETag) in a bucket."""
+    the same bytes: one file under two names, a link, a copy. Only files of equal size are compared:
+    by their SHA-256 here; in a bucket by the store's checksum (GCS's CRC32C, S3's ETag) first, and
+    those that match by their SHA-256 (a CRC32C can match by chance; an ETag depends on how the
+    object was uploaded, so a copy uploaded otherwise is not found)."""
     by_size: dict[int, list[str]] = {}
     for path, n in files.items():
         if n > 0:
@@ -84,7 +86,16 @@ def same_bytes(files: dict[str, int]) -> list[list[str]]:
             except Exception:  # noqa: BLE001  unreadable now: its reading names the error (a rejected file)
                 key = f"unread:{path}"
             groups.setdefault((n, key), []).append(path)
-    return [paths for paths in groups.values() if len(paths) > 1]
+    return [group for paths in groups.values() if len(paths) > 1
+            for group in ([paths] if is_local(paths[0]) else _same_sha256(paths))]
+
+
+def _same_sha256(paths: list[str]) -> list[list[str]]:
+    """Groups of two or more of ``paths`` with the same SHA-256."""
+    by_hash: dict[str, list[str]] = {}
+    for path in paths:
+        by_hash.setdefault(sha256(path), []).append(path)
+    return [group for group in by_hash.values() if len(group) > 1]
 
 
 def match_optional(base: str, *pattern: str) -> list[str]:

@@ -70,21 +70,22 @@ def shard_files(output: str, fmt: str = "arrow") -> list[str]:
 def missing_shards(output: str) -> str | None:
     """How a finished corpus's shard files fall short of the count its ``stats.json`` records (shards
     removed by hand or a copy cut short: a reader would see a smaller corpus than stats.json and
-    sampling.json describe), or None when they are all there. A corpus without stats.json: None."""
+    sampling.json describe), or None when they are all there, or there is no stats.json to say
+    (none, or one that is not ours: what reads it says so)."""
     stats_path = fs.join(output, ARTIFACTS[0])
-    if not fs.exists(stats_path):
-        return None
-    stats = fs.read_json(stats_path, ("config", "counters"))
     try:
-        fmt = stats["config"].get("write", {}).get("format", "arrow")
-        expected = int(stats["counters"].get("write", {}).get("shards", 0))
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise UserError(f"{stats_path}: not as pipeline run writes it ({type(exc).__name__}: {exc})") from None
-    found = len(shard_files(output, fmt if fmt in FORMATS else "arrow"))
+        stats = fs.read_json(stats_path, ("config", "counters")) if fs.exists(stats_path) else None
+        fmt = stats["config"].get("write", {}).get("format", "arrow") if stats else None
+        expected = int(stats["counters"].get("write", {}).get("shards", 0)) if stats else 0
+    except (UserError, AttributeError, TypeError, ValueError):
+        return None
+    if fmt not in FORMATS:
+        return None
+    found = len([p for p in shard_files(output, fmt) if p.endswith(FORMATS[fmt])])  # not a writer's temporary file
     if found >= expected:
         return None
     return (f"{expected - found} of the {expected} shards {stats_path} counts are missing ({found} found under "
-            f"{shard_pattern(output, fmt if fmt in FORMATS else 'arrow')}): removed, or not copied whole")
+            f"{shard_pattern(output, fmt)}): removed, or not copied whole")
 
 
 def records_path(output: str, folder: str, part: int) -> str:
