@@ -110,6 +110,8 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
             fs.write_atomic(path, lambda stream: stream.write(b"x"))
     with pytest.raises(UserError, match=f"output {afile}/sub: {afile} is a file"):
         fs.check_folder(f"{afile}/sub", "output")
+    with pytest.raises(UserError, match=f"^tokenizer {folder}: a folder, not a file$"):  # said: no such file
+        fs.read_json(folder, what="tokenizer")
     with pytest.raises(UserError, match="holds 'de.arpa.bin', not written by this command"):
         fs.check_folder(str(folder), "--out", ("spm.model",))
     fs.check_folder(str(folder), "--out", ("spm.model", "de.arpa.bin"))

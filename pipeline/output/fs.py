@@ -144,7 +144,9 @@ def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> d
     try:
         with open_read(path) as stream:
             data = json.loads(stream.read().decode("utf-8"))
-    except (FileNotFoundError, IsADirectoryError):
+    except IsADirectoryError:
+        raise UserError(f"{named}: a folder, not a file") from None
+    except FileNotFoundError:
         raise UserError(f"{named}: no such file" + ("" if what else " (is this a pipeline output?)")) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{named}: not valid JSON ({exc})") from None
