@@ -44,6 +44,9 @@ def job(sample, sample_corpus, sample_lms, tmp_path_factory) -> dict:
 def run_cli(config: list[str], out: Path, temp: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "POLYGLOT_FAULT": fault} if fault else {
         k: v for k, v in os.environ.items() if k != "POLYGLOT_FAULT"}
+    # what a killed run cannot remove (multiprocessing's pymp-* folders, Dask's scratch) stays in the test's folder
+    env["TMPDIR"] = str(out.parent / "system-temp")
+    os.makedirs(env["TMPDIR"], exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--no-progress", *config, "--output", str(out),
                              "--temp_location", str(temp), *extra], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

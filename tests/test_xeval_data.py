@@ -74,6 +74,12 @@ def test_malformed_jsonl_and_mt_lines(tmp_path: Path) -> None:
     bad.write_text(MNLI.read_text(encoding="utf-8") + '{"gold_label": "neutral", "sentence1": "x"\n', encoding="utf-8")
     with pytest.raises(UserError, match=rf"^{bad}:25: not a JSON object"):
         read_multinli_jsonl(bad)
+    latin = tmp_path / "latin1.jsonl"  # a line in another encoding: its place, or counted with --skip-malformed
+    latin.write_bytes(MNLI.read_bytes() + '{"gold_label": "neutral", "sentence1": "café", "sentence2": "x"}\n'.encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{latin}:25: not UTF-8 text \(invalid continuation byte at byte 43 of the line\)$"):
+        read_multinli_jsonl(latin)
+    sets, log = read_multinli_jsonl(latin, skip_malformed=True)
+    assert log.malformed == 1 and len(sets["en"]) == len(read_multinli_jsonl(MNLI)[0]["en"])
     mt = tmp_path / "multinli.train.en.tsv"
     mt.write_text(MT_EN.read_text(encoding="utf-8") + "a premise\ta hypothesis\n", encoding="utf-8")
     with pytest.raises(UserError, match=rf"^{mt}:26: expected 3 tab-separated fields, got 2"):
@@ -145,6 +151,13 @@ def test_hf_label_names_mismatch(hf_data: Path) -> None:
     info["features"]["label"]["names"] = ["entailment", "not_entailment"]
     (directory / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(UserError, match=r"dataset_info.json: label names \['entailment', 'not_entailment'\] do not match"):
+        load_split(hf_data, "dev", ("en",))
+
+
+def test_hf_dataset_info_cut_short(hf_data: Path) -> None:
+    info = hf_data / "en" / "validation" / "dataset_info.json"
+    info.write_text(info.read_text()[:40])
+    with pytest.raises(UserError, match=rf"^HF dataset info {info}: not valid JSON"):
         load_split(hf_data, "dev", ("en",))
 
 

@@ -183,6 +183,16 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     assert "6 languages, missing es, el, bg, ru, tr, vi, th, hi, ur" in rest and "not XNLI" in rest
     row = next(line for line in main_table.splitlines() if line.startswith("| full (ours"))
     assert row.rstrip(" |").endswith("66.7 ± 0.0")  # averaged over the 15 languages
+    # all 15 languages of XNLI, but its checkpoints chosen on French dev, or trained on a cut of the data
+    chosen_on_fr = json.loads(json.dumps(full))
+    chosen_on_fr["selection"]["languages"] = ["fr"]
+    cut = json.loads(json.dumps(full))
+    cut["config"]["max_train_examples"] = 100
+    render([chosen_on_fr, cut], tmp_path / "other", names=["fr-dev", "cut"])
+    main_table, rest = (tmp_path / "other" / "report.md").read_text().split("## Runs not comparable with the published results")
+    assert "(ours" not in main_table
+    assert "checkpoints selected on fr dev, not English dev alone" in rest
+    assert "trained on the first 100 examples per language only" in rest
 
 
 def test_a_run_at_chance_says_so(run: Path, tmp_path: Path) -> None:
@@ -286,6 +296,54 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
         assert f"the tokenizer has {vocab + 50} tokens, more than the {vocab} the model" in _error(
             capsys, "xnli", "--model", str(grown), "--data", str(FIXTURES), *common, "--engine", engine)
     assert afile.read_text() == "mine" and not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit) as exited:  # argparse's own line (exit 2)
+        xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), *common, "--seeds", "1,a")
+    assert exited.value.code == 2
+    assert "argument --seeds: expected comma-separated whole numbers, e.g. 1,2,3; got '1,a'" in capsys.readouterr().err
+
+
+def test_report_of_an_edited_results_file_is_one_line(run: Path, tmp_path: Path, capsys) -> None:
+    results = json.loads((run / "results.json").read_text())
+    del results["seeds"][1]["selected"]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(results))
+    assert f"{edited}: not as xeval writes it (KeyError: 'selected')" in _error(
+        capsys, "report", str(edited), "--out", str(tmp_path / "report"))
+    del results["mode"]
+    edited.write_text(json.dumps(results))
+    assert f"{edited}: not as xeval writes it (no 'mode')" in _error(capsys, "report", str(edited), "--out", str(tmp_path / "report"))
+
+
+def test_a_failed_run_keeps_the_last_results_and_their_models(run: Path, exported: Path, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """--save-models writes each seed's model aside until the run's results.json is written: a run
+    that fails after saving one leaves the previous run's results and models as they were; a run
+    without --save-models takes away the models that went with the results it replaces."""
+    from xeval import finetune as finetuning
+
+    out = tmp_path / "out"
+    shutil.copytree(run, out)
+    files = lambda: {p.relative_to(out): p.read_bytes() for p in out.rglob("*")  # noqa: E731
+                     if p.is_file() and "models.tmp" not in p.parts}
+    before = files()
+    assert any(p.parts[0] == "models" for p in before)
+    finetune, calls = finetuning.finetune, []
+
+    def second_seed_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the machine went away")
+        return finetune(*args, **kwargs)
+
+    monkeypatch.setattr(finetuning, "finetune", second_seed_fails)
+    common = ["--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", "en", *ARGS]
+    with pytest.raises(RuntimeError, match="the machine went away"):
+        xeval("xnli", *common, "--seeds", "7,8", "--save-models")
+    assert len(calls) == 2 and files() == before and (out / "models.tmp" / "seed-7").is_dir()
+    monkeypatch.undo()
+    assert xeval("xnli", *common, "--seeds", "7") == 0
+    assert not (out / "models").exists() and not (out / "models.tmp").exists()
+    assert json.loads((out / "results.json").read_text())["config"]["seeds"] == [7]
 
 
 def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, capsys) -> None:
@@ -299,6 +357,10 @@ def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, cap
     assert results["data"]["train_languages"] == ["en", "fr", "de"]  # es has no training file
     assert [f["examples"] for f in results["data"]["files"]["train"]] == [{"en": 24}, {"fr": 6}, {"de": 6}]
     assert [p["step"] for p in results["seeds"][0]["history"]] == [2, 4, 5]  # every 2 steps + epoch end (ceil(36 / 8))
+    assert xeval("xnli", "--config", str(config), "--model", str(exported), "--data", str(FIXTURES), "--out",
+                 str(tmp_path / "tta-fr"), "--languages", "fr,es", "--select", "fr", *ARGS[2:]) == 0
+    results = json.loads((tmp_path / "tta-fr" / "results.json").read_text())
+    assert results["data"]["train_languages"] == ["en", "fr"]  # English is trained on though not tested
     config.write_text("languages: [en]\nlearning_rat: 0.1\n")
     assert "unknown config key 'learning_rat'" in _error(capsys, "xnli", "--config", str(config), "--model", str(exported),
                                                          "--data", str(FIXTURES), "--out", str(out))

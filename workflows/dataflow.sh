@@ -122,13 +122,21 @@ if [[ "$MIRROR" == 1 && "$DRY_RUN" != 1 ]]; then
     | sed "s|^gs://$BUCKET/||" | sort > "$list/have"
   comm -23 "$list/all" "$list/have" > "$list/todo"
   say "mirroring $(wc -l < "$list/todo") of $(wc -l < "$list/all") WET files to gs://$BUCKET/ ($MIRROR_JOBS at a time)"
-  export BUCKET GSUTIL
+  FAILED="$list/failed"
+  export BUCKET GSUTIL FAILED
   # shellcheck disable=SC2016
   xargs -P "$MIRROR_JOBS" -I{} bash -c '
     tmp=$(mktemp); trap "rm -f $tmp" EXIT
     curl -sfL --retry 10 --retry-all-errors --retry-delay 5 -o "$tmp" "https://data.commoncrawl.org/$1" \
-      && gzip -t "$tmp" && "$GSUTIL" -q cp "$tmp" "gs://$BUCKET/$1" || echo "[dataflow] mirror failed: $1" >&2
+      && gzip -t "$tmp" && "$GSUTIL" -q cp "$tmp" "gs://$BUCKET/$1" \
+      || { echo "[dataflow] mirror failed: $1" >&2; echo "$1" >> "$FAILED"; }
   ' _ {} < "$list/todo"
+  if [[ -s "$FAILED" ]]; then  # a corpus of part of the snapshot is not what was asked for
+    echo "error: $(wc -l < "$FAILED") of $(wc -l < "$list/todo") WET files could not be mirrored (listed above);" \
+      "run again with MIRROR=1 to retry them" >&2
+    rm -rf "$list"
+    exit 1
+  fi
   rm -rf "$list"
 fi
 

@@ -57,7 +57,14 @@ SAMPLE_SIZE=${SAMPLE_SIZE:-2000000}
 TRAIN_CONFIG=${TRAIN_CONFIG:-configs/pretrain/xlmr-base.yaml}
 RUN=${RUN:-$(basename "$TRAIN_CONFIG" .yaml)}
 RUN_DIR="$SHARED/runs/$RUN"
-STEPS=${STEPS:-$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["steps"])' "$TRAIN_CONFIG")}
+if [[ -z "${STEPS:-}" ]]; then  # the training config's own number of steps
+  [[ -f "$TRAIN_CONFIG" ]] || { echo "error: TRAIN_CONFIG=$TRAIN_CONFIG: no such file" >&2; exit 2; }
+  STEPS=$("$PY" -c 'import sys, yaml
+config = yaml.safe_load(open(sys.argv[1]))
+if not isinstance(config, dict) or "steps" not in config:
+    sys.exit(f"error: TRAIN_CONFIG={sys.argv[1]}: no steps key (set it there, or STEPS here)")
+print(config["steps"])' "$TRAIN_CONFIG") || exit 2
+fi
 GPUS=${GPUS:-8}
 HF=${HF:-$RUN_DIR/hf-export}
 XNLI_CONFIG=${XNLI_CONFIG:-configs/xnli/xtreme.yaml}
@@ -147,11 +154,14 @@ step_xnli() {
 
 STEPS_TO_RUN=("$@")
 [[ ${#STEPS_TO_RUN[@]} -gt 0 ]] || STEPS_TO_RUN=(corpus download tokenizer tokenize pretrain export xnli)
-for s in "${STEPS_TO_RUN[@]}"; do
+for s in "${STEPS_TO_RUN[@]}"; do  # every name checked before the first step's hours
   case "$s" in
-    corpus|download|tokenizer|tokenize|pretrain|export|xnli) "step_$s" ;;
+    corpus|download|tokenizer|tokenize|pretrain|export|xnli) ;;
     *) echo "error: unknown step '$s' (corpus download tokenizer tokenize pretrain export xnli)" >&2; exit 2 ;;
   esac
+done
+for s in "${STEPS_TO_RUN[@]}"; do
+  "step_$s"
 done
 echo
 echo "full run done: corpus $CORPUS_GS, tokens $TOKENS, run $RUN_DIR, model $HF, report $REPORT"

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
+from pipeline.output import fs
 from pipeline.util.errors import UserError
 
 LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
@@ -172,14 +173,19 @@ def read_multinli_jsonl(path: Path, skip_malformed: bool = False) -> tuple[dict[
     log = ReadLog(str(path), "multinli-1.0-jsonl")
     nli = NLISet("en")
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     with handle:
-        for lineno, line in enumerate(handle, 1):
+        for lineno, raw in enumerate(handle, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                log.bad(where, f"not UTF-8 text ({exc.reason} at byte {exc.start} of the line)", skip_malformed)
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -204,7 +210,7 @@ def _hf_label_names(schema_metadata: dict[bytes, bytes] | None, info_path: Path 
     """The ClassLabel names of column ``label`` from dataset_info.json or the Arrow schema's HF metadata."""
     info: dict | None = None
     if info_path is not None and info_path.is_file():
-        info = json.loads(info_path.read_text(encoding="utf-8"))
+        info = fs.read_json(info_path, what="HF dataset info")
     elif schema_metadata and b"huggingface" in schema_metadata:
         info = json.loads(schema_metadata[b"huggingface"]).get("info")
     label = ((info or {}).get("features") or {}).get("label") or {}

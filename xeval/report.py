@@ -48,7 +48,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-RESULTS_KEYS = ("languages", "seeds", "model", "data", "config", "selection")
+RESULTS_KEYS = ("mode", "labels", "languages", "seeds", "model", "data", "config", "selection")
 """What a report reads of a results.json besides its schema."""
 
 
@@ -69,6 +69,7 @@ def load_results(path: str) -> dict[str, Any]:
         raise UserError(f"{file}: not as xeval writes it (no {missing[0]!r})")
     try:
         results["summary"] = summarize(results)
+        why_not_comparable(results), chance_warnings("", results), runs_section([results], [""])  # what a report reads
     except (AttributeError, KeyError, TypeError, ValueError) as exc:  # edited by hand, or cut short
         raise UserError(f"{file}: not as xeval writes it ({type(exc).__name__}: {exc})") from None
     return results
@@ -101,6 +102,10 @@ def why_not_comparable(run: dict[str, Any]) -> str:
     missing = [lang for lang in XNLI_LANGUAGES if lang not in run["languages"]]
     if missing:
         reasons.append(f"{len(run['languages'])} languages, missing {', '.join(missing)}")
+    if run["selection"]["languages"] != ["en"]:
+        reasons.append(f"checkpoints selected on {', '.join(run['selection']['languages'])} dev, not English dev alone")
+    if run["config"].get("max_train_examples"):
+        reasons.append(f"trained on the first {run['config']['max_train_examples']} examples per language only")
     return "; ".join(reasons)
 
 
@@ -171,7 +176,8 @@ def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Sect
         other_langs = [lang for lang in langs if any(lang in r["languages"] for _, r in others)]
         rows = [[*_our_row(n, r, other_langs), why_not_comparable(r)] for n, r in others]
         sections.append(Section("Runs not comparable with the published results", paragraphs=[
-            "These runs differ from the published rows in data set, setting or languages: their averages are over "
+            "These runs differ from the published rows in data set, setting, languages, checkpoint selection or "
+            "training data: their averages are over "
             "their own languages and are never shown beside, or averaged with, the published ones."],
             tables=[Table(["model", *other_langs, "avg (own languages)", "why not comparable"], rows)]))
     sections.append(Section("Published rows", tables=[Table(

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from .config import ENGINES, TrainConfig
 from . import report
 
 SCHEMA = "xeval.xnli/1"
-OUT_FILES = ("results.json", "results.json.tmp", "models", *report.REPORT_FILES)
+OUT_FILES = ("results.json", "results.json.tmp", "models", "models.tmp", *report.REPORT_FILES)
 """What a run writes in ``--out``: a folder holding any other file is refused before the run."""
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -90,6 +91,13 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _seeds(value: str) -> list[int]:
+    try:
+        return [int(v) for v in _csv(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, e.g. 1,2,3; got {value!r}") from None
+
+
 def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--model", required=True, help="HF model dir (config.json + weights + tokenizer) or our run/checkpoint dir")
     parser.add_argument("--data", required=True, help="folder with the XNLI / XNLI-MT / MultiNLI / HF datasets files")
@@ -98,7 +106,7 @@ def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--languages", type=_csv, help="comma-separated test languages, or 'all' (default: the 15 XNLI languages)")
     parser.add_argument("--select", type=_csv, dest="selection_languages", help="selection languages (dev), default en")
-    parser.add_argument("--seeds", type=lambda v: [int(x) for x in _csv(v)], help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument("--seeds", type=_seeds, help="comma-separated seeds (default 1,2,3)")
     parser.add_argument("--lr", type=float, dest="learning_rate", help="peak learning rate (default 2e-5)")
     parser.add_argument("--epochs", type=int, help="epochs (default 3)")
     parser.add_argument("--batch-size", type=int, help="global batch size (default 32)")
@@ -153,8 +161,9 @@ def _train_languages(root: Path, cfg: XnliConfig) -> list[str]:
             found.append(lang)
         except UserError:
             continue
-    if "en" not in found:
+    if "en" not in found:  # English is trained on whether or not it is tested
         discover(root, "train", "en")
+        found.insert(0, "en")
     return found
 
 
@@ -193,6 +202,9 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     tokens: dict[str, dict[str, Encoded]] = {}
     model_info: dict[str, Any] = {}
     started = time.time()
+    staged = out_dir / "models.tmp"  # the seeds' models, until this run's results.json is written
+    if dist.rank == 0:
+        shutil.rmtree(staged, ignore_errors=True)
     for seed in cfg.seeds:
         seed_everything(seed)
         classifier, tokenizer = load_classifier(model, cfg.engine)
@@ -214,7 +226,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
         log(f"seed {seed}: selected epoch {fit['selected']['epoch']} step {fit['selected']['step']}; test "
             + " ".join(f"{lang} {result['test'][lang]['accuracy']:.4f}" for lang in eval_langs))
         if cfg.save_models and dist.rank == 0:
-            classifier.save(classifier.module, out_dir / "models" / f"seed-{seed}")
+            classifier.save(classifier.module, staged / f"seed-{seed}")
         seeds_out.append(result)
     if dist.rank:
         return None
@@ -242,6 +254,9 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     tmp = out_dir / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(out_dir / "results.json")
+    shutil.rmtree(out_dir / "models", ignore_errors=True)  # a previous run's: they went with its results.json
+    if cfg.save_models:
+        staged.replace(out_dir / "models")
     report.render([results], out_dir)
     log(f"wrote {out_dir}/results.json, report.md, report.html ({time.time() - started:.0f} s)")
     return results
