@@ -99,7 +99,7 @@ def read_meta(tag_dir: Path) -> dict[str, Any]:
     if not (tag_dir / META).is_file():
         raise UserError(f"checkpoint {tag_dir}: no {META}; not a checkpoint written by `pretrain train` or an interrupted save")
     meta = fs.read_json(tag_dir / META, what="checkpoint")
-    missing = [key for key in ("step", "world_size", "model_config", "tokenizer_dir") if key not in meta]
+    missing = [key for key in ("step", "world_size", "model_config", "tokenizer_dir", "tokenizer_fingerprint") if key not in meta]
     if missing:
         raise UserError(f"checkpoint {tag_dir / META}: lacks {', '.join(missing)}")
     return meta
@@ -252,7 +252,7 @@ def convert_to_universal(tag_dir: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
-RESUME_FIXED = ("seed", "precision", "global_batch_size", "loader", "optimizer")
+RESUME_FIXED = ("seed", "precision", "global_batch_size", "grad_accum", "loader", "optimizer")
 """Run config keys a resumed run must keep: DeepSpeed restores the optimizer's settings with its
 state (a new learning rate was silently the old one), and the loader's position, the RNGs and the
 batch continue the checkpoint's. ``steps``, ``schedule`` (computed from the config each step),
@@ -282,18 +282,29 @@ def resolve_path(path: str, tag: str | None = None, flag: str = "--checkpoint") 
     return root, manager.resolve(tag, flag)
 
 
-def load_for_inference(path: str, tag: str | None = None,
-                       flag: str = "--checkpoint") -> tuple[Any, torch.nn.Module, str]:
+def load_for_inference(path: str, tag: str | None = None, flag: str = "--checkpoint",
+                       tokenizer: str | None = None) -> tuple[Any, torch.nn.Module, str]:
     """(ModelConfig, pretraining model with the checkpoint's fp32 weights, tokenizer dir) from a run dir,
     checkpoints dir or checkpoint dir given by option ``flag``; ZeRO-1/2/3 partitions are merged by
-    DeepSpeed's zero_to_fp32."""
+    DeepSpeed's zero_to_fp32. The tokenizer dir is ``tokenizer`` (``--tokenizer``) or the one the
+    checkpoint's meta.json names, checked first to hold the tokenizer the run was trained with."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     from pretrain.models import build_pretraining_model
     from pretrain.models.config import model_config_from_dict
+    from pretrain.tokenizer import Tokenizer
 
     directory, tag = resolve_path(path, tag, flag)
     meta = read_meta(directory / tag)
+    tokenizer_dir = tokenizer or meta["tokenizer_dir"]
+    if tokenizer is None and not Path(tokenizer_dir).is_dir():
+        raise UserError(f"tokenizer dir {tokenizer_dir} (named by the checkpoint's meta.json): no such directory; "
+                        f"pass --tokenizer with where it is now")
+    found = Tokenizer.load(tokenizer_dir).fingerprint
+    if found != meta["tokenizer_fingerprint"]:
+        raise UserError(f"tokenizer {tokenizer_dir} (fingerprint {found[:12]}) is not the one checkpoint "
+                        f"{directory / tag} was trained with ({meta['tokenizer_fingerprint'][:12]}): pass --tokenizer "
+                        "with the run's tokenizer")
     cfg = model_config_from_dict(meta["model_config"], f"{directory / tag / META}")
     model = build_pretraining_model(cfg)
     try:
@@ -306,4 +317,4 @@ def load_for_inference(path: str, tag: str | None = None,
     except RuntimeError as exc:
         raise UserError(f"checkpoint {directory / tag} does not match its model config: {str(exc).splitlines()[0]}") from None
     model.eval()
-    return cfg, model, meta["tokenizer_dir"]
+    return cfg, model, tokenizer_dir

@@ -13,8 +13,6 @@ import shutil
 import uuid
 from pathlib import Path
 
-from pipeline.util.errors import UserError
-
 
 def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = None) -> None:
     """Export ``checkpoint`` (``tag``, or ``latest``) to ``out``, with the tokenizer files of
@@ -27,13 +25,10 @@ def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = N
     final = Path(out)
     fs.check_folder(out, "--out", ("config.json", "model.safetensors", "generator", *TOKENIZER_FILES))
     fs.restore_folder(final)  # an export killed between its two renames
-    cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag)
-    if tokenizer is None and not Path(tokenizer_dir).is_dir():
-        raise UserError(f"tokenizer dir {tokenizer_dir} (named by the checkpoint's meta.json): no such directory; "
-                        f"pass --tokenizer with where it is now")
+    cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag, tokenizer=tokenizer)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
     try:
-        save_hf(model, cfg, staging, tokenizer_dir=tokenizer or tokenizer_dir, generator=cfg.objective == "rtd")
+        save_hf(model, cfg, staging, tokenizer_dir=tokenizer_dir, generator=cfg.objective == "rtd")
         fs.swap_folder(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

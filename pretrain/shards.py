@@ -101,7 +101,10 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
     tokenizer = tokenizer or _WORKER_TOKENIZER
     assert tokenizer is not None
     texts, ids = read_columns(job.source, "text", "id")
-    sizes = read_columns(job.source, "minhash_cluster_size")[0] if job.rehydration else [None] * len(ids)
+    sizes = read_columns(job.source, "minhash_cluster_size")[0] if job.rehydration else [1] * len(ids)
+    if None in sizes:  # (near_dedup gives every kept document its cluster's size)
+        raise UserError(f"--rehydration: corpus shard {job.source} has no minhash_cluster_size (a corpus built "
+                        "without near_dedup): nothing to rehydrate by; leave --rehydration out")
     is_valid = [valid_score(i) < job.valid_fraction or i == job.forced for i in ids]
     before = [0, 0]  # training documents and tokens before the copies
     parts: dict[str, tuple[list[np.ndarray], list[int]]] = {s: ([], []) for s in SPLITS}
@@ -115,7 +118,7 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
                 empty += 1
                 continue
             split = "valid" if is_valid[start + k] else "train"
-            times = 1 if split == "valid" else copies(sizes[start + k] or 1, job.rehydration)
+            times = 1 if split == "valid" else copies(sizes[start + k], job.rehydration)
             if split == "train":
                 before[0], before[1] = before[0] + 1, before[1] + length
             parts[split][0].extend([tokens[ends[k] - length:ends[k]]] * times)
@@ -125,6 +128,7 @@ def tokenize_shard(job: ShardJob, tokenizer: Tokenizer | None = None) -> dict[st
     info: dict[str, Any] = {"source": posixpath.basename(job.source), "fingerprint": tokenizer.fingerprint,
                             "vocab_size": tokenizer.vocab_size, "valid_fraction": job.valid_fraction,
                             "empty_documents": empty, "rehydration": [list(pair) for pair in job.rehydration],
+                            "forced_valid": job.forced,
                             "source_sha256": fs.sha256(job.source)}
     for split, (chunks, lengths) in parts.items():
         tokens = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
@@ -160,6 +164,8 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
     if info.get("rehydration", []) != [list(pair) for pair in job.rehydration]:
         raise UserError(f"token shard {job.target}: written with --rehydration {info.get('rehydration', [])}, "
                         f"now {[list(pair) for pair in job.rehydration]}; use a new --out")
+    if info.get("forced_valid") != job.forced:  # the language's shards changed: another document is held out
+        return None
     return info if info.get("source_sha256") == fs.sha256(job.source) else None
 
 
@@ -371,10 +377,13 @@ def rehydration_arg(value: str) -> tuple[tuple[int, int], ...]:
     if value == "fineweb2":
         return FINEWEB2_REHYDRATION
     try:
-        pairs = json.loads(value)
-        return tuple((int(size), int(times)) for size, times in pairs)
+        pairs = tuple(tuple(pair) for pair in json.loads(value))
     except (ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected fineweb2 or a JSON list such as [[1, 1], [2, 2]]") from None
+        pairs = ((None,),)
+    if not all(len(pair) == 2 and all(type(n) is int for n in pair) for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected fineweb2 or a JSON list of whole-number pairs such as "
+                                         "[[1, 1], [2, 2]]")
+    return pairs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -117,8 +117,10 @@ def corpus_file(corpus: str, name: str) -> str | None:
 
 def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages: Iterable[str],
                    measured: dict[str, int]) -> tuple[dict[str, float], str]:
-    """q_i per language: sampling.json's when its α and buckets match, else recomputed from its per-bucket
-    counts, else from ``measured`` (characters read). Returns (q, where it came from)."""
+    """q_i per language: sampling.json's when its α and buckets match, else recomputed from its counts
+    (rehydrated ones where it has them for these buckets; its per-bucket counts otherwise, before
+    rehydration, which the source then says), else from ``measured`` (characters read). Returns (q,
+    where it came from)."""
     languages, buckets = sorted(languages), sorted(buckets)
     path = corpus_file(corpus, "sampling.json")
     report = fs.read_json(path, what="corpus statistics") if path else None
@@ -128,12 +130,19 @@ def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages:
         if report.get("alpha") == alpha and same_buckets and set(recorded) == set(languages):
             return {lang: float(recorded[lang]["q"]) for lang in languages}, f"{path} (alpha={alpha})"
         unit, summary = report.get("unit", "characters"), report.get("corpus", {})
+        rehydrated = (report.get("rehydration") or {}).get("languages", {})
+        if rehydrated and same_buckets and all(lang in rehydrated for lang in languages):
+            weights = sampling_weights({lang: rehydrated[lang][f"{unit}_rehydrated"] for lang in languages}, alpha)
+            return ({lang: weights[lang]["q"] for lang in languages},
+                    f"recomputed from {path} {unit} after rehydration (alpha={alpha})")
         if all(lang in summary for lang in languages):
             sizes = {lang: sum(c[unit] for b, c in summary[lang]["buckets"].items() if not buckets or b in buckets)
                      for lang in languages}
             weights = sampling_weights(sizes, alpha)
             if set(weights) == set(languages):
-                return {lang: weights[lang]["q"] for lang in languages}, f"recomputed from {path} {unit} (alpha={alpha})"
+                dropped = " before rehydration (its rehydrated counts are for other buckets)" if rehydrated else ""
+                return ({lang: weights[lang]["q"] for lang in languages},
+                        f"recomputed from {path} {unit}{dropped} (alpha={alpha})")
     weights = sampling_weights({lang: measured[lang] for lang in languages}, alpha)
     return {lang: weights[lang]["q"] for lang in languages}, f"recomputed from the shards' characters (alpha={alpha})"
 

@@ -50,9 +50,9 @@ class ScheduleConfig:
     warmup_steps: int = 0
     """Steps of linear warmup from 0 to lr."""
     decay: str = "linear"
-    """After warmup: linear or cosine decay to min_lr_ratio * lr at the last step, or constant."""
+    """After warmup: linear or cosine decay reaching min_lr_ratio * lr at step `steps`, one past the last update (as HF's schedules), or constant."""
     min_lr_ratio: float = 0.0
-    """Final learning rate as a fraction of lr."""
+    """Where the decay ends (at step `steps`), as a fraction of lr."""
 
 
 @dataclasses.dataclass
@@ -206,7 +206,10 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, 
     clash = [k for k in RUN_OWNED_KEYS if k in ds]
     if clash:
         raise UserError(f"{cfg.deepspeed}: key {clash[0]!r} is set from the run config ({source}); remove it from the JSON")
-    stage = ds.get("zero_optimization", {}).get("stage", 0)
+    zero = ds.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise UserError(f"{cfg.deepspeed}: zero_optimization must be an object ({{\"stage\": 1, ...}}), got {zero!r}")
+    stage = zero.get("stage", 0)
     if stage not in (1, 2, 3):
         raise UserError(f"{cfg.deepspeed}: zero_optimization.stage must be 1, 2 or 3, got {stage!r}")
     accum, global_batch = batch_layout(cfg, world_size, source)

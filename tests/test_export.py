@@ -3,6 +3,7 @@ generator, run dir / checkpoints dir / step dir addressing, and one-line errors.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from pretrain.checkpoint import load_for_inference, resolve_path
 
 
 def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokenizer: Path, sample_tokens: Path,
-                               capsys: pytest.CaptureFixture) -> None:
+                               sample_corpus: Path, capsys: pytest.CaptureFixture) -> None:
     from transformers import AutoModelForMaskedLM
+
+    from pretrain.tokenizer import train_tokenizer
 
     trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, model="mdeberta-tiny", steps=2,
                           deepspeed=str(ROOT / "configs/deepspeed/zero2.json"), intervals={"checkpoint": 1, "keep": 2})
@@ -41,6 +44,13 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf")]) == 2
     assert "tokenizer dir /cluster/shared/tok (named by the checkpoint's meta.json): no such directory; pass " \
            "--tokenizer" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir() if p.is_file()} == exported
+    # another tokenizer (given, or trained again into the run's folder): its files would not fit the model
+    other = tmp_path / "other-tokenizer"
+    train_tokenizer(sample_corpus, other, vocab_size=1000, sample_size=2_000, seed=1, character_coverage=0.98)
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf"), "--tokenizer", str(other)]) == 2
+    assert re.search(rf"tokenizer {other} \(fingerprint \w{{12}}\) is not the one checkpoint \S+step-2 was trained "
+                     r"with \(\w{12}\): pass --tokenizer with the run's tokenizer", capsys.readouterr().err)
     assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir() if p.is_file()} == exported
     assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf"), "--tokenizer", str(sample_tokenizer)]) == 0
     assert (tmp_path / "hf" / "spm.model").read_bytes() == exported["spm.model"]

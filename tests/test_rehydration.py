@@ -3,7 +3,9 @@ near-duplicate cluster's size earns it: in sampling.json and the report (the pip
 in the token shards (``pretrain tokenize --rehydration``). Off by default."""
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -46,6 +48,14 @@ def test_sampling_json_counts_the_copies(tmp_path: Path) -> None:
                                                           "characters_rehydrated": 280}
     section = sampling_section(sampling)
     assert section.tables[1].rows[1] == ["fr", "2", "9", "70", "280"]
+    # pretrain's weights at another alpha: from the rehydrated counts, as sampling.json's own are
+    from pipeline.report.sampling import sampling_weights
+    from pretrain.tokenizer import corpus_weights
+
+    q, where = corpus_weights(str(tmp_path / "out"), 0.7, [], ["en", "fr"], {})
+    expected = sampling_weights({"en": 10 + 2 * 20, "fr": 8 * 30 + 40}, 0.7)
+    assert q == pytest.approx({lang: row["q"] for lang, row in expected.items()})
+    assert where.endswith("characters after rehydration (alpha=0.7)")
 
 
 def test_bad_schedule_is_one_line() -> None:
@@ -84,3 +94,17 @@ def test_tokenize_repeats_training_documents(sample_corpus: Path, sample_tokeniz
     with pytest.raises(UserError, match="written with --rehydration"):
         tokenize_corpus(corpus, sample_tokenizer, tmp_path / "rehydrated", valid_fraction=0.2, languages=["fr"])
     assert (tmp_path / "rehydrated" / META).is_file()
+    # a shard without cluster sizes (a corpus built without near_dedup): said, not each document once
+    shards.write_table(table.set_column(column, "minhash_cluster_size", pa.nulls(table.num_rows, pa.int32())), path, "arrow")
+    with pytest.raises(UserError, match=rf"^--rehydration: corpus shard {re.escape(path)} has no minhash_cluster_size"):
+        tokenize_corpus(corpus, sample_tokenizer, tmp_path / "sizeless", valid_fraction=0.2, languages=["fr"],
+                        rehydration=FINEWEB2_REHYDRATION)
+
+
+def test_rehydration_option_takes_whole_numbers_only() -> None:
+    from pretrain.shards import rehydration_arg
+
+    assert rehydration_arg("[[1, 1], [2, 3]]") == ((1, 1), (2, 3)) and rehydration_arg("fineweb2") == FINEWEB2_REHYDRATION
+    for bad in ("[[1, 1.7]]", "[[1]]", "5", '"x"', "[[1, true]]", "[[1, 2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="whole-number pairs"):
+            rehydration_arg(bad)

@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from pipeline.output.shards import read_shard, write_table
+from pipeline.output.shards import SCHEMA, read_shard, write_table
 from pipeline.util.errors import UserError
 from pretrain.__main__ import main
 from pretrain.shards import TokenShards, tokenize_corpus, valid_score
@@ -85,6 +86,37 @@ def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Pat
     assert info["train"]["documents"] + info["valid"]["documents"] + info["empty_documents"] == 5
     assert [p for p in out.rglob("shard.json") if p.stat().st_mtime_ns != stamps[p]] == [
         out / "lang=de" / "bucket=all" / shard.stem / "shard.json"]
+
+
+def test_a_rerun_holds_out_what_a_new_run_holds_out(sample_tokenizer: Path, tmp_path: Path) -> None:
+    """A language with no document under --valid-fraction holds out its lowest-hash one: when a
+    shard rewritten since brings a lower one, a rerun into the same --out redoes every shard of the
+    language (it kept the old one held out in the shard it skipped) and ends as a new run does."""
+    fraction = 0.001
+    ids = [i for score, i in sorted((valid_score(f"sw-{n}"), f"sw-{n}") for n in range(400)) if score >= fraction]
+    lowest, second, rest = ids[0], ids[1], ids[2:12]
+
+    def write(part: int, docs: list[str]) -> None:
+        folder = tmp_path / "corpus" / "lang=sw" / "bucket=all"
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = {"id": sorted(docs), "text": ["paka ameketi juu ya mkeka"] * len(docs), "lang": ["sw"] * len(docs),
+                "bucket": ["all"] * len(docs)}
+        table = pa.table({f.name: rows.get(f.name, [None] * len(docs)) for f in SCHEMA}, schema=SCHEMA)
+        write_table(table, str(folder / f"part-{part:05d}.arrow"), "arrow")
+
+    def held_out(out: Path) -> tuple[int, int]:
+        meta = json.loads((out / "meta.json").read_text())["languages"]["sw"]
+        return meta["valid_documents"], meta["train_documents"]
+
+    write(0, [second, *rest[:5]])
+    write(1, rest[5:])
+    tokenize_corpus(tmp_path / "corpus", sample_tokenizer, tmp_path / "tokens", valid_fraction=fraction)
+    assert held_out(tmp_path / "tokens") == (1, 10)
+    write(1, [*rest[5:], lowest])
+    tokenize_corpus(tmp_path / "corpus", sample_tokenizer, tmp_path / "tokens", valid_fraction=fraction)
+    tokenize_corpus(tmp_path / "corpus", sample_tokenizer, tmp_path / "fresh", valid_fraction=fraction)
+    assert held_out(tmp_path / "tokens") == held_out(tmp_path / "fresh") == (1, 11)
+    assert token_files(tmp_path / "tokens") == token_files(tmp_path / "fresh")
 
 
 def test_cli_help_documents_every_option(capsys) -> None:

@@ -116,6 +116,9 @@ def test_deepspeed_config_from_json_and_run(tmp_path: Path, monkeypatch: pytest.
     cfg.deepspeed = str(typo)
     with pytest.raises(UserError, match=r"typo.json: unknown key 'zero_optimisation' \(did you mean 'zero_optimization'\?\)"):
         deepspeed_config(cfg, 2, "run.yaml")
+    typo.write_text('{"zero_optimization": 2}')
+    with pytest.raises(UserError, match=r"typo.json: zero_optimization must be an object \(\{\"stage\": 1, \.\.\.\}\), got 2$"):
+        deepspeed_config(cfg, 2, "run.yaml")
     for text in ('["zero_optimization"]', "{'stage': 2}"):
         typo.write_text(text)
         with pytest.raises(UserError, match="typo.json: not"):
@@ -254,6 +257,8 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, optimizer={"lr": 0.5}).resume(None)
     with pytest.raises(UserError, match="another loader"):
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, loader={"mask_prob": 0.2}).resume(None)
+    with pytest.raises(UserError, match=r"another grad_accum \(checkpoint None, now 2\)"):  # a larger global batch
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, grad_accum=2).resume(None)
     latest = tmp_path / "run" / "checkpoints" / "latest"
     named = latest.read_text()
     latest.write_text("")
