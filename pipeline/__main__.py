@@ -120,41 +120,61 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"{lang}: {out}/{lang}.sp.model and {lang}.arpa.bin exist, skipped (--overwrite to retrain)")
             continue
         report = train_lm(lang, texts, out, vocab_size=args.vocab_size, order=args.order, memory=args.memory,
-                          seed=args.seed, bin_dir=bin_dir)
+                          seed=args.seed, threads=args.threads, bin_dir=bin_dir)
         print(report.describe(), flush=True)
     return 0
 
 
 def lm_plan(args: argparse.Namespace) -> dict[str, list[str]]:
-    """Language -> reference text files, from --lang/--text or the --config file."""
-    if args.config:
-        data = read_yaml(args.config)
-        unknown = sorted(set(data) - {"languages", "vocab_size", "order", "memory", "seed"})
-        if unknown:
-            raise UserError(f"config {args.config}: unknown key {unknown[0]!r} (known: languages, vocab_size, order, memory, seed)")
-        for key in ("vocab_size", "order", "memory", "seed"):
-            if key in data and (isinstance(data[key], bool) or not isinstance(data[key], type(LM_DEFAULTS[key]))):
-                kind = "a string such as 20% or 4G" if key == "memory" else "an integer"
-                raise UserError(f"config {args.config}: {key} must be {kind}, not {data[key]!r}")
-            if key in data and getattr(args, key) == LM_DEFAULTS[key]:
-                setattr(args, key, data[key])
-        languages = data.get("languages") or {}
-        if not isinstance(languages, dict) or not languages:
-            raise UserError(f"config {args.config}: languages must map a language code to text files "
-                            f"(languages: {{de: [de.txt]}}), not {languages!r}")
-        base = Path(args.config).parent
-        plan = {}
-        for lang, files in languages.items():
-            files = [files] if isinstance(files, str) else files
-            if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
-                raise UserError(f"config {args.config}: languages.{lang} must be a text file or a list of them, "
-                                f"not {languages[lang]!r}")
-            plan[check_lang(str(lang), f"config {args.config}: languages.{lang}")] = [
-                f if f.startswith("/") else str(base / f) for f in files]
-        return plan
+    """Language -> reference text files, from --lang/--text or the --config file, each file checked
+    to be there before any language is trained; the settings (``LM_DEFAULTS``' keys) set on ``args``:
+    an option given wins over the config file, which wins over the default."""
+    data = read_yaml(args.config) if args.config else {}
+    unknown = sorted(set(data) - {"languages", *LM_DEFAULTS})
+    if unknown:
+        raise UserError(f"config {args.config}: unknown key {unknown[0]!r} (known: languages, {', '.join(LM_DEFAULTS)})")
+    for key, default in LM_DEFAULTS.items():
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], type(default))):
+            kind = "a string such as 20% or 4G" if key == "memory" else "an integer"
+            raise UserError(f"config {args.config}: {key} must be {kind}, not {data[key]!r}")
+        if getattr(args, key) is None:
+            setattr(args, key, data.get(key, default))
+    if args.config and (args.lang or args.text):
+        raise UserError("give the languages by --config or by --lang and --text, not both")
+    plan = _config_plan(args.config, data) if args.config else _options_plan(args)
+    for path in (path for texts in plan.values() for path in texts):
+        if not Path(path).is_file():
+            raise UserError(f"reference text {path}: " + ("a folder, not a file" if Path(path).is_dir() else "no such file"))
+    return plan
+
+
+def _config_plan(config: str, data: dict) -> dict[str, list[str]]:
+    """Language -> text files of a train-lm config file's ``languages`` (relative to the file)."""
+    languages = data.get("languages") or {}
+    if not isinstance(languages, dict) or not languages:
+        raise UserError(f"config {config}: languages must map a language code to text files "
+                        f"(languages: {{de: [de.txt]}}), not {languages!r}")
+    base = Path(config).parent
+    plan = {}
+    for lang, files in languages.items():
+        files = [files] if isinstance(files, str) else files
+        if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+            raise UserError(f"config {config}: languages.{lang} must be a text file or a list of them, "
+                            f"not {languages[lang]!r}")
+        plan[check_lang(str(lang), f"config {config}: languages.{lang}")] = [
+            f if f.startswith("/") else str(base / f) for f in files]
+    return plan
+
+
+def _options_plan(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Language -> text files of ``--lang`` and ``--text``."""
     if not args.lang or not args.text:
         raise UserError("train-lm needs --lang and --text, or --config")
     langs = [check_lang(lang.strip(), "--lang") for lang in args.lang.split(",") if lang.strip()]
+    twice = next((lang for lang in langs if langs.count(lang) > 1), None)
+    if twice:
+        raise UserError(f"--lang: {twice} given twice (several texts of one language: --lang {twice} "
+                        f"--text a.txt --text b.txt)")
     if len(langs) == 1:
         return {langs[0]: args.text}
     if len(args.text) != len(langs):
@@ -176,9 +196,13 @@ def check_lm_options(args: argparse.Namespace) -> None:
         raise UserError(f"order {args.order}: KenLM here takes 2 to {KENLM_MAX_ORDER} (CCNet: 5)")
     if not MEMORY.fullmatch(str(args.memory)):
         raise UserError(f"memory {args.memory!r}: a number and a unit as lmplz -S takes it, e.g. 20% or 4G")
-    if args.vocab_size < MIN_VOCAB:
+    if not MIN_VOCAB <= args.vocab_size < 2**31:
         raise UserError(f"vocab_size {args.vocab_size}: at least {MIN_VOCAB} (byte fallback's 256 pieces, "
-                        f"SentencePiece's own and the text's characters; CCNet: 65536)")
+                        f"SentencePiece's own and the text's characters; CCNet: 65536) and below 2^31")
+    if not 0 <= args.seed < 2**32:
+        raise UserError(f"seed {args.seed}: SentencePiece takes 0 to 2^32-1")
+    if args.threads < 1:
+        raise UserError(f"threads {args.threads}: at least 1")
 
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
@@ -200,7 +224,7 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0}
+LM_DEFAULTS = {"vocab_size": 65536, "order": 5, "memory": "20%", "seed": 0, "threads": 1}
 LANG_CODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 KENLM_MAX_ORDER = 6
 """The largest order workflows/setup.sh builds lmplz and build_binary for (``-DKENLM_MAX_ORDER``),
@@ -252,13 +276,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     lm.add_argument("--lang", help="language code, or a comma-separated list (then one --text per language, in order)")
     lm.add_argument("--text", action="append", help="reference text file, one paragraph per line (repeatable)")
     lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
-                    "memory, seed (see configs/lm/); relative paths are relative to the config file")
+                    "memory, seed, threads (see configs/lm/); relative paths are relative to the config file; "
+                    "an option given here wins over it")
     lm.add_argument("--out", required=True, help="output directory for <lang>.sp.model and <lang>.arpa.bin")
-    lm.add_argument("--vocab-size", dest="vocab_size", type=int, default=LM_DEFAULTS["vocab_size"],
-                    help="SentencePiece vocabulary (CCNet: 65536); capped to what a small text allows, and said so")
-    lm.add_argument("--order", type=int, default=LM_DEFAULTS["order"], help="n-gram order (default 5)")
-    lm.add_argument("--memory", default=LM_DEFAULTS["memory"], help="lmplz sort memory, e.g. 20%% or 4G (default 20%%)")
-    lm.add_argument("--seed", type=int, default=LM_DEFAULTS["seed"], help="SentencePiece sampling seed")
+    lm.add_argument("--vocab-size", dest="vocab_size", type=int,
+                    help="SentencePiece vocabulary (default and CCNet's: 65536); capped to what a small text allows, "
+                         "and said so")
+    lm.add_argument("--order", type=int, help="n-gram order (default 5)")
+    lm.add_argument("--memory", help="lmplz sort memory, e.g. 20%% or 4G (default 20%%)")
+    lm.add_argument("--seed", type=int, help="SentencePiece sampling seed (default 0)")
+    lm.add_argument("--threads", type=int, help="SentencePiece training threads (default 1: its models then are the same "
+                    "bytes on every machine; with more they follow the count)")
     lm.add_argument("--kenlm-bin", dest="kenlm_bin", help="directory with lmplz and build_binary (default: the "
                     "ones workflows/setup.sh built)")
     lm.add_argument("--overwrite", action="store_true", help="retrain languages whose models already exist")

@@ -16,8 +16,8 @@ Masking is dynamic (new each time a sequence is drawn), as BERT/RoBERTa: ``mask_
 maskable positions (never ``<s> <pad> </s> <unk> <mask>``) are chosen; of those ``mask_replace``
 become ``<mask>``, ``random_replace`` a random ordinary token, the rest stay; ``labels`` hold the
 original id there and -100 elsewhere. ``whole_word`` chooses whole words (pieces after a word-start
-piece); ``span`` chooses SpanBERT spans of whole words with geometric lengths (``span_p``, clipped at
-``max_span``).
+piece); ``span`` chooses SpanBERT spans of whole words with geometric lengths (``span_p``, cut at
+``max_span`` and rescaled, as SpanBERT's).
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class LoaderConfig:
     masking: str = "token"
     """token (BERT), whole_word (all pieces of a chosen word), span (SpanBERT spans of whole words)."""
     span_p: float = 0.2
-    """span masking: span lengths in words ~ Geometric(span_p) (SpanBERT: 0.2)."""
+    """span masking: span lengths in words ~ Geometric(span_p), cut at max_span and rescaled (SpanBERT: 0.2)."""
     max_span: int = 10
     """span masking: longest span in words (SpanBERT: 10)."""
     cross_document: bool = True
@@ -78,6 +78,9 @@ class LoaderConfig:
                                  {f"{prefix}{key}": limits for key, limits in RANGES.items()})
         if self.mask_replace + self.random_replace > 1.0 + 1e-9:
             raise UserError(f"{source}: {prefix}mask_replace + {prefix}random_replace must not exceed 1")
+        twice = next((lang for lang in self.languages if self.languages.count(lang) > 1), None)
+        if twice:  # (each name would be one more share of the mix)
+            raise UserError(f"{source}: {prefix}languages names {twice} twice")
 
 
 def loader_config(data: dict[str, Any], source: str) -> LoaderConfig:
@@ -157,11 +160,12 @@ class MLMLoader:
     """Infinite iterator of MLM batches for one data-parallel rank (see the module docstring)."""
 
     def __init__(self, shards: TokenShards, cfg: LoaderConfig, rank: int = 0, world_size: int = 1,
-                 tokenizer: Tokenizer | None = None):
+                 tokenizer: Tokenizer | None = None, valid_seed: int | None = None):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
         cfg.validate("loader config")
         self.shards, self.cfg, self.rank, self.world_size = shards, cfg, rank, world_size
+        self.valid_seed = cfg.seed if valid_seed is None else valid_seed  # (a run's, whatever its training streams')
         unknown = [lang for lang in cfg.languages if lang not in shards.languages]
         if unknown:
             raise UserError(f"loader config: languages holds {unknown[0]!r}, not in token shards {shards.directory} "
@@ -237,19 +241,23 @@ class MLMLoader:
         if self.cfg.masking == "whole_word":
             return maskable & (rng.random(len(first), dtype=np.float32) < p)[word].reshape(shape)
         # span: starts at words with a rate that covers ~p of the words (Poisson approximation), lengths
-        # Geometric(span_p) clipped at max_span, cut at the end of the sequence
-        rate = -math.log1p(-min(p, 1 - 1e-9)) / self.mean_span()
+        # as SpanBERT draws them (:meth:`span_lengths`), cut at the end of the sequence
+        lengths, weights = self.span_lengths()
+        rate = -math.log1p(-min(p, 1 - 1e-9)) / float(lengths @ weights)
         start = np.flatnonzero(rng.random(len(first), dtype=np.float32) < rate)
-        lengths = np.minimum(rng.geometric(self.cfg.span_p, size=len(start)), self.cfg.max_span)
+        lengths = rng.choice(lengths, size=len(start), p=weights)
         last_word_of_row = word.reshape(shape)[:, -1]
         end = np.minimum(start + lengths, last_word_of_row[first[start] // shape[1]] + 1)
         edges = np.bincount(start, minlength=len(first) + 1) - np.bincount(end, minlength=len(first) + 1)
         return maskable & (np.cumsum(edges[:-1]) > 0)[word].reshape(shape)
 
-    def mean_span(self) -> float:
-        """Mean span length in words of the clipped geometric distribution."""
-        p, m = self.cfg.span_p, self.cfg.max_span
-        return sum(k * p * (1 - p) ** (k - 1) for k in range(1, m)) + m * (1 - p) ** (m - 1)
+    def span_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Span lengths in words, 1 to ``max_span``, and their probabilities: Geometric(``span_p``)
+        cut at ``max_span`` and scaled to sum to 1, as SpanBERT draws them (mean 3.8 words at its
+        0.2 and 10; clipping instead piles 13 % of the spans on the longest, mean 4.5)."""
+        lengths = np.arange(1, self.cfg.max_span + 1)
+        weights = self.cfg.span_p * (1 - self.cfg.span_p) ** (lengths - 1)
+        return lengths, weights / weights.sum()
 
     def mask(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(inputs, labels) for a [B, S] int64 array of ids: dynamic masking as the module docstring says."""
@@ -289,7 +297,7 @@ class MLMLoader:
         if lang not in self.languages:
             raise UserError(f"valid_batches: no language {lang!r} (have {', '.join(self.languages)})")
         docs = self.shards.docs(lang, "valid")
-        stream = _Stream(docs, np.arange(len(docs), dtype=np.int64), self.cfg.seed, lang, cycle=False)
+        stream = _Stream(docs, np.arange(len(docs), dtype=np.int64), self.valid_seed, lang, cycle=False)
         index, lang_index = 0, self.languages.index(lang)
         while True:
             rows = []
@@ -297,7 +305,7 @@ class MLMLoader:
                 rows.append(self._pack([stream]))
             if not rows:
                 return
-            rng = _seed(self.cfg.seed, VALID_STREAM, _lang_key(lang), index)
+            rng = _seed(self.valid_seed, VALID_STREAM, _lang_key(lang), index)
             yield self._collate(np.concatenate(rows), np.full(len(rows), lang_index, dtype=np.int64), rng)
             index += 1
             if len(rows) < self.cfg.batch_size:

@@ -349,7 +349,8 @@ class Trainer:
                             f"to train; give --steps above {self.step} to go on")
         if rank_state is None:
             loader_cfg = dataclasses.replace(self.cfg.loader, seed=self.cfg.loader.seed + self.step)
-            self.loader = MLMLoader(self.loader.shards, loader_cfg, self.rank, self.world_size, self.tokenizer)
+            self.loader = MLMLoader(self.loader.shards, loader_cfg, self.rank, self.world_size, self.tokenizer,
+                                    valid_seed=self.cfg.loader.seed)  # validation as before: comparable losses
             seed = self.cfg.seed + self.step * self.world_size + self.rank
             random.seed(seed)
             np.random.seed(seed)

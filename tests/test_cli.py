@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pipeline.config import describe_corpus_config
+from pipeline.util.errors import UserError
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -81,6 +82,16 @@ def test_user_mistakes_are_one_line(args, message):
     (["train-lm", "--lang", "de,fr", "--text", "README.md", "--out", "/tmp/polyglot-lm"], "one per language"),
     (["train-lm", "--out", "/tmp/polyglot-lm"], "needs --lang and --text, or --config"),
     (["train-lm", "--config", "configs/corpus/sample.yaml", "--out", "/tmp/polyglot-lm"], "unknown key"),
+    (["train-lm", "--lang", "de,de", "--text", "README.md", "--text", "README.md", "--out", "/tmp/polyglot-lm"],
+     "--lang: de given twice"),
+    (["train-lm", "--lang", "de,fr", "--text", "README.md", "--text", "/nonexistent/fr.txt", "--out", "/tmp/polyglot-lm"],
+     "reference text /nonexistent/fr.txt: no such file"),  # before de is trained
+    (["train-lm", "--lang", "de", "--text", "README.md", "--seed", "-1", "--out", "/tmp/polyglot-lm"],
+     "seed -1: SentencePiece takes 0 to 2^32-1"),
+    (["train-lm", "--lang", "de", "--text", "README.md", "--vocab-size", "10000000000", "--out", "/tmp/polyglot-lm"],
+     "and below 2^31"),
+    (["train-lm", "--config", "configs/lm/sample.yaml", "--lang", "de", "--text", "README.md", "--out", "/tmp/polyglot-lm"],
+     "by --config or by --lang and --text, not both"),
     (["cutoffs", "--corpus", "/nonexistent/corpus", "--out", "/tmp/polyglot-cutoff.csv"], "no shards"),
     (["run", "--config", "configs/corpus/sample.yaml", "--set", "perplexity.models=/nonexistent/lm"],
      "perplexity.models /nonexistent/lm: no such directory"),
@@ -138,8 +149,28 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
 
 def test_train_lm_help_documents_every_option():
     out = cli("train-lm", "--help").stdout
-    for flag in ("--lang", "--text", "--config", "--out", "--vocab-size", "--order", "--memory", "--seed", "--kenlm-bin", "--overwrite"):
+    for flag in ("--lang", "--text", "--config", "--out", "--vocab-size", "--order", "--memory", "--seed", "--threads",
+                 "--kenlm-bin", "--overwrite"):
         assert flag in out
+
+
+def test_train_lm_options_win_over_its_config(tmp_path):
+    """An option given on the command line wins over the config file, even where it is the default;
+    the config file over the defaults, whose SentencePiece threads are 1 (the same models anywhere)."""
+    from pipeline.__main__ import LM_DEFAULTS, build_parser, check_lm_options, lm_plan
+
+    (tmp_path / "ref.txt").write_text("Guten Tag\n")
+    (tmp_path / "lm.yaml").write_text("order: 3\nseed: 7\nlanguages: {de: ref.txt}\n")
+    args, _ = build_parser("train-lm").parse_known_args(
+        ["train-lm", "--config", str(tmp_path / "lm.yaml"), "--out", "x", "--order", "5"])
+    assert lm_plan(args) == {"de": [str(tmp_path / "ref.txt")]}
+    check_lm_options(args)
+    assert (args.order, args.seed, args.vocab_size, args.threads) == (5, 7, LM_DEFAULTS["vocab_size"], 1)
+    (tmp_path / "lm.yaml").write_text("seed: -5\nlanguages: {de: ref.txt}\n")
+    args, _ = build_parser("train-lm").parse_known_args(["train-lm", "--config", str(tmp_path / "lm.yaml"), "--out", "x"])
+    lm_plan(args)
+    with pytest.raises(UserError, match="seed -5: SentencePiece takes 0 to 2"):  # a config's value is checked too
+        check_lm_options(args)
 
 
 @pytest.mark.parametrize("command", [["run"], ["train-lm", "--out", "/tmp/polyglot-lm"]])

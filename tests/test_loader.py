@@ -165,11 +165,28 @@ def test_valid_batches_are_fixed_and_held_out(shards: TokenShards) -> None:
         inner = np.concatenate([r[1:][(r[1:] != 1)][:-1] for r in original])
         docs = shards.docs(lang, "valid")
         assert np.array_equal(inner[inner != 2], np.concatenate([docs[i] for i in range(len(docs))]))
+    # a universal resume restarts the training streams from another seed; validation keeps the run's
+    moved = MLMLoader(shards, dataclasses.replace(cfg, seed=7 + 2000), valid_seed=7)
+    for a, b in zip(loader.valid_batches("en"), moved.valid_batches("en"), strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    other = next(MLMLoader(shards, dataclasses.replace(cfg, seed=7 + 2000)).valid_batches("en"))
+    assert not torch.equal(other["labels"], next(loader.valid_batches("en"))["labels"])
+
+
+def test_span_lengths_are_spanberts(shards: TokenShards) -> None:
+    """Geometric(0.2) cut at 10 words and rescaled, as SpanBERT's code draws them: mean 3.8 words
+    (3 % of them 10 words long; clipped at 10 instead, 13 % were, and the mean was 4.5)."""
+    lengths, weights = MLMLoader(shards, LoaderConfig(masking="span")).span_lengths()
+    assert list(lengths) == list(range(1, 11)) and weights.sum() == pytest.approx(1.0)
+    assert float(lengths @ weights) == pytest.approx(3.797, abs=1e-3) and weights[-1] == pytest.approx(0.0301, abs=1e-4)
+    assert weights[1] / weights[0] == pytest.approx(0.8)
 
 
 def test_config_errors_name_the_key() -> None:
     with pytest.raises(UserError, match="loader.masking"):
         LoaderConfig(masking="random").validate("run.yaml", "loader")
+    with pytest.raises(UserError, match="run.yaml: loader.languages names de twice"):  # de's share would double
+        LoaderConfig(languages=["de", "en", "de"]).validate("run.yaml", "loader")
     with pytest.raises(UserError, match="mask_replace"):
         loader_config({"mask_replace": 0.95, "random_replace": 0.1}, "run.yaml")
     with pytest.raises(UserError, match="unknown config key 'mask_rate'"):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from unittest import mock
 
 import kenlm
 import pytest
@@ -200,6 +201,20 @@ def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
     assert report.vocab_size < 65536 and report.ngrams[1] > 0
     sp, lm = load(tmp_path / "lm", "fr")
     assert document_perplexity("\n".join(lines[:3]), sp, lm) > 0
+    # retrained into the same folder (--overwrite) and the disk fills while the models are copied in:
+    # the models there stay whole, and nothing of the failed copy is left beside them
+    before = {p.name: p.read_bytes() for p in (tmp_path / "lm").iterdir()}
+    copyfile = shutil.copyfile
+
+    def disk_full_at_the_lm(src, dst, *args, **kwargs):
+        if str(src).endswith(".arpa.bin"):
+            raise OSError(28, "No space left on device")
+        return copyfile(src, dst, *args, **kwargs)
+
+    with mock.patch("pipeline.steps.lm.shutil.copyfile", disk_full_at_the_lm), \
+            pytest.raises(UserError, match=r"lm: cannot write the fr models \(No space left on device\)"):
+        train_lm("fr", [str(tmp_path / "tiny.txt")], tmp_path / "lm", vocab_size=300, seed=1)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "lm").iterdir()} == before
 
 
 
@@ -229,3 +244,21 @@ def test_corrupt_cutoff_file_and_corrupt_shard_are_clear_errors(tmp_path):
     shard.write_bytes(b"ARROW1 but not really" * 10)
     with pytest.raises(UserError, match="part-00000.arrow: not a corpus shard"):
         compute_cutoffs(str(tmp_path / "corpus"), 100, 0)
+
+
+def test_cutoffs_leave_out_a_writers_leftover(tmp_path):
+    """A shard writer killed outside the run's cleanup leaves ``part-N.arrow.tmp-<hex>`` beside the
+    shards: its documents are not the corpus's (they were counted twice)."""
+    import pyarrow as pa
+
+    from pipeline.output.shards import SCHEMA, write_table
+    from pipeline.steps.perplexity import compute_cutoffs
+
+    shard = tmp_path / "lang=de" / "bucket=all" / "part-00000.arrow"
+    shard.parent.mkdir(parents=True)
+    rows = {"id": [f"d{i}" for i in range(20)], "lang": ["de"] * 20, "perplexity": [100.0 + i * i for i in range(20)]}
+    write_table(pa.table({f.name: rows.get(f.name, [None] * 20) for f in SCHEMA}, schema=SCHEMA), str(shard), "arrow")
+    before = compute_cutoffs(str(tmp_path), 100_000, 0)
+    write_table(pa.table({f.name: rows.get(f.name, [None] * 20) if f.name != "perplexity" else [1.0] * 20
+                          for f in SCHEMA}, schema=SCHEMA), f"{shard}.tmp-0123abcd", "arrow")
+    assert compute_cutoffs(str(tmp_path), 100_000, 0) == before and before[1] == {"de": 20}

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Iterable
 
@@ -145,8 +146,11 @@ def arpa_counts(arpa: Path) -> dict[int, int]:
 
 
 def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET_VOCAB, order: int = 5,
-             memory: str = "20%", seed: int = 0, bin_dir: Path | None = None) -> LMReport:
-    """Train ``<out_dir>/<lang>.sp.model`` and ``<out_dir>/<lang>.arpa.bin`` from reference texts."""
+             memory: str = "20%", seed: int = 0, threads: int = 1, bin_dir: Path | None = None) -> LMReport:
+    """Train ``<out_dir>/<lang>.sp.model`` and ``<out_dir>/<lang>.arpa.bin`` from reference texts
+    (SentencePiece on ``threads`` threads: its model follows their number). Both files are copied
+    into ``out_dir`` under temporary names first and then renamed, so a failure leaves the models
+    there before as they were."""
     bin_dir = bin_dir or kenlm_bin_dir()
     with tempfile.TemporaryDirectory(prefix=f"lm-{lang}-") as tmp_name:
         tmp = Path(tmp_name)
@@ -161,7 +165,7 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
                     longest = max(longest, len(norm.encode("utf-8")))
         if lines == 0:
             raise UserError(f"{lang}: the reference text has no non-empty line ({', '.join(texts)})")
-        vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, os.cpu_count() or 1, longest)
+        vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, threads, longest)
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=str(tmp / f"{lang}.sp.model"))
@@ -179,6 +183,15 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
         if result.returncode != 0:
             raise UserError(f"build_binary failed for {lang}: {result.stderr.strip().splitlines()[-1:]}")
         out_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that fails leaves no empty folder
-        for name in (f"{lang}.sp.model", f"{lang}.arpa.bin"):
-            shutil.move(str(tmp / name), out_dir / name)
+        names = (f"{lang}.sp.model", f"{lang}.arpa.bin")
+        staged = {name: out_dir / f".{name}.tmp-{uuid.uuid4().hex}" for name in names}
+        try:
+            for name in names:
+                shutil.copyfile(tmp / name, staged[name])
+        except OSError as exc:  # a full disk, say: what was there stays
+            for path in staged.values():
+                path.unlink(missing_ok=True)
+            raise UserError(f"{out_dir}: cannot write the {lang} models ({exc.strerror or exc})") from None
+        for name in names:
+            os.replace(staged[name], out_dir / name)
     return LMReport(lang, lines, pieces, vocab, vocab_size, counts, fallback, out_dir / f"{lang}.sp.model", out_dir / f"{lang}.arpa.bin")

@@ -297,7 +297,8 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
 
     from ..output.shards import read_shard
 
-    shards = shard_files(corpus) + shard_files(corpus, "json")
+    shards = [path for path in shard_files(corpus) + shard_files(corpus, "json")
+              if path.endswith(tuple(FORMATS.values()))]  # not a writer's temporary file
     if not shards:
         raise UserError(f"--corpus {corpus}: no shards (lang=*/bucket=*/part-*, or <lang>_<bucket>_NNNN.json.gz) in it")
     values: dict[str, list[tuple[str, float]]] = {}
