@@ -42,9 +42,10 @@ SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to
 
 
 def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterable[str] = ()) -> dict[str, list[str]]:
-    """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages.
-    ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
+    """Corpus shards per language (``lang=<l>/bucket=<b>/part-*``), sorted; only the given buckets/languages
+    (LID's ``unknown`` only when named). ``corpus`` may be a local folder or a bucket prefix (s3://, gs://)."""
     from pipeline.output.layout import missing_shards, shard_files
+    from pipeline.report.sampling import EXCLUDED
 
     corpus = str(corpus)
     if fs.is_local(corpus) and not Path(corpus).is_dir():
@@ -58,8 +59,8 @@ def language_shards(corpus: str, buckets: Iterable[str] = (), languages: Iterabl
     for path in shard_files(corpus):
         lang_dir, bucket_dir, name = fs.relative(path, corpus).split("/")
         lang, bucket = lang_dir[len("lang="):], bucket_dir[len("bucket="):]
-        if (wanted and lang not in wanted) or not name.endswith((".arrow", ".parquet")):
-            continue
+        if (lang not in wanted if wanted else lang in EXCLUDED) or not name.endswith((".arrow", ".parquet")):
+            continue  # (LID's unknown is no language of the mix, as sampling.json has it, unless named)
         present.add(bucket)
         paths = found.setdefault(lang, [])
         if not buckets or bucket in buckets:
@@ -123,28 +124,39 @@ def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages:
     where it came from)."""
     languages, buckets = sorted(languages), sorted(buckets)
     path = corpus_file(corpus, "sampling.json")
-    report = fs.read_json(path, what="corpus statistics") if path else None
-    if report is not None:
-        recorded = report.get("languages", {})
-        same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
-        if report.get("alpha") == alpha and same_buckets and set(recorded) == set(languages):
-            return {lang: float(recorded[lang]["q"]) for lang in languages}, f"{path} (alpha={alpha})"
-        unit, summary = report.get("unit", "characters"), report.get("corpus", {})
-        rehydrated = (report.get("rehydration") or {}).get("languages", {})
-        if rehydrated and same_buckets and all(lang in rehydrated for lang in languages):
-            weights = sampling_weights({lang: rehydrated[lang][f"{unit}_rehydrated"] for lang in languages}, alpha)
-            return ({lang: weights[lang]["q"] for lang in languages},
-                    f"recomputed from {path} {unit} after rehydration (alpha={alpha})")
-        if all(lang in summary for lang in languages):
-            sizes = {lang: sum(c[unit] for b, c in summary[lang]["buckets"].items() if not buckets or b in buckets)
-                     for lang in languages}
-            weights = sampling_weights(sizes, alpha)
-            if set(weights) == set(languages):
-                dropped = " before rehydration (its rehydrated counts are for other buckets)" if rehydrated else ""
-                return ({lang: weights[lang]["q"] for lang in languages},
-                        f"recomputed from {path} {unit}{dropped} (alpha={alpha})")
+    if path:
+        try:
+            found = _recorded_weights(path, fs.read_json(path, what="corpus statistics"), alpha, buckets, languages)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # edited by hand, or another tool's
+            raise UserError(f"corpus statistics {path}: not as pipeline run writes it ({type(exc).__name__}: {exc})") from None
+        if found is not None:
+            return found
     weights = sampling_weights({lang: measured[lang] for lang in languages}, alpha)
     return {lang: weights[lang]["q"] for lang in languages}, f"recomputed from the shards' characters (alpha={alpha})"
+
+
+def _recorded_weights(path: str, report: dict[str, Any], alpha: float, buckets: list[str],
+                      languages: list[str]) -> tuple[dict[str, float], str] | None:
+    """:func:`corpus_weights` from ``sampling.json`` (``report``), or None where it cannot say."""
+    recorded = report.get("languages", {})
+    same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
+    if report.get("alpha") == alpha and same_buckets and set(recorded) == set(languages):
+        return {lang: float(recorded[lang]["q"]) for lang in languages}, f"{path} (alpha={alpha})"
+    unit, summary = report.get("unit", "characters"), report.get("corpus", {})
+    rehydrated = (report.get("rehydration") or {}).get("languages", {})
+    if rehydrated and same_buckets and all(lang in rehydrated for lang in languages):
+        weights = sampling_weights({lang: rehydrated[lang][f"{unit}_rehydrated"] for lang in languages}, alpha)
+        return ({lang: weights[lang]["q"] for lang in languages},
+                f"recomputed from {path} {unit} after rehydration (alpha={alpha})")
+    if all(lang in summary for lang in languages):
+        sizes = {lang: sum(c[unit] for b, c in summary[lang]["buckets"].items() if not buckets or b in buckets)
+                 for lang in languages}
+        weights = sampling_weights(sizes, alpha)
+        if set(weights) == set(languages):
+            dropped = " before rehydration (its rehydrated counts are for other buckets)" if rehydrated else ""
+            return ({lang: weights[lang]["q"] for lang in languages},
+                    f"recomputed from {path} {unit}{dropped} (alpha={alpha})")
+    return None
 
 
 @dataclass
@@ -263,8 +275,8 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--vocab-size {vocab_size}: too small (at least the 5 specials and a few pieces)")
     if sample_size < 1:
         raise UserError(f"--sample-size {sample_size}: must be at least 1 (sentences)")
-    if seed < 0:
-        raise UserError(f"--seed {seed}: must be 0 or more")
+    if not 0 <= seed < 2**32:
+        raise UserError(f"--seed {seed}: must be 0 to 2^32-1 (SentencePiece's seed)")
     if not 10 <= max_sentence_bytes <= 1 << 30:  # SentencePiece's range; below it every line was left out
         raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:

@@ -55,6 +55,18 @@ def test_sample_follows_q(sample_tokenizer: Path, sample_corpus: Path) -> None:
     assert meta["languages"]["hi"]["q"] > sampling["hi"]["p"]
 
 
+def test_lids_unknown_is_no_language_of_the_mix(sample_corpus: Path, tmp_path: Path) -> None:
+    """A corpus whose LID kept unsure documents as ``lang=unknown`` (``below_threshold: unknown``):
+    sampling.json leaves them out, and so do the tokenizer and the token shards, unless named."""
+    from pretrain.tokenizer import language_shards
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    shutil.copytree(corpus / "lang=de", corpus / "lang=unknown")
+    assert set(language_shards(str(corpus))) == set(json.loads((corpus / "sampling.json").read_text())["languages"])
+    assert set(language_shards(str(corpus), languages=["unknown", "de"])) == {"unknown", "de"}
+
+
 def test_round_trip_in_every_language(sample_tokenizer: Path, sample_corpus: Path) -> None:
     tok = Tokenizer.load(sample_tokenizer)
     exact = {}
@@ -155,6 +167,11 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     sampling.write_text(sampling.read_text()[:40])
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     assert f"corpus statistics {sampling}: not valid JSON" in capsys.readouterr().err
+    edited = json.loads((sample_corpus / "sampling.json").read_text())
+    del edited["languages"]["de"]["q"]
+    sampling.write_text(json.dumps(edited))
+    assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+    assert f"corpus statistics {sampling}: not as pipeline run writes it (KeyError: 'q')" in capsys.readouterr().err
     shutil.copy(sample_corpus / "sampling.json", sampling)
     shard = next((corpus / "lang=de" / "bucket=all").glob("part-*.arrow"))
     shard.write_bytes(shard.read_bytes()[:200])
@@ -172,8 +189,9 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, sample_size=0)
     with pytest.raises(UserError, match=r"--max-sentence-bytes 0: must be 10 to 1073741824 \(SentencePiece's range\)"):
         train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, max_sentence_bytes=0)  # said: empty language
-    with pytest.raises(UserError, match="--seed -1: must be 0 or more"):  # a traceback from numpy's RNG
-        train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, seed=-1)
+    for seed in (-1, 2**32):  # tracebacks from numpy's RNG and (after the whole sampling) SentencePiece's
+        with pytest.raises(UserError, match=rf"--seed {seed}: must be 0 to 2\^32-1"):
+            train_tokenizer(sample_corpus, tmp_path / "t", vocab_size=1000, seed=seed)
     # a bucket this corpus has none of (built without perplexity: only `all`) named the first language
     # as empty and told to leave it out, which moved the error to the next one
     with pytest.raises(UserError, match=r"no language has a shard in buckets head, middle \(its buckets: all\)"):

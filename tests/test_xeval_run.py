@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.util.errors import UserError
 from xeval.model import load_tokenizer
 
 FIXTURES = Path(__file__).parent / "data" / "xnli"
@@ -302,6 +303,47 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
     assert "argument --seeds: expected comma-separated whole numbers, e.g. 1,2,3; got '1,a'" in capsys.readouterr().err
 
 
+def test_an_hf_model_without_a_head_ours_loads_goes_to_hf(exported: Path, tmp_path: Path, capsys) -> None:
+    from xeval.model import choose_engine
+
+    bare = tmp_path / "bare-encoder"
+    shutil.copytree(exported, bare)
+    config = json.loads((bare / "config.json").read_text())
+    (bare / "config.json").write_text(json.dumps({**config, "architectures": ["XLMRobertaModel"]}))
+    assert choose_engine("auto", str(exported)) == "ours" and choose_engine("auto", str(bare)) == "hf"
+    with pytest.raises(UserError, match="architecture XLMRobertaModel has no head ours loads"):
+        choose_engine("ours", str(bare))
+    (bare / "config.json").write_text(json.dumps({**config, "architectures": ["XLMRobertaForSequenceClassification"],
+                                                  "id2label": {"a": "entailment", "b": "neutral", "c": "contradiction"}}))
+    common = ["--data", str(FIXTURES), "--out", str(tmp_path / "out"), "--languages", "en", *ARGS]
+    assert "config.json: id2label must map label ids (0, 1, 2) to names" in _error(capsys, "xnli", "--model", str(bare), *common)
+    (bare / "config.json").write_text("[1, 2]")
+    assert f"HF model config {bare}/config.json: expected a JSON object" in _error(capsys, "xnli", "--model", str(bare), *common)
+    assert "seeds must be a non-empty list of distinct integers from 0 to 2^32-1" in _error(
+        capsys, "xnli", "--model", str(exported), *common, "--seeds", "5000000000000000000")
+
+
+def test_segment_ids_go_to_an_hf_model_that_takes_them(tmp_path: Path) -> None:
+    """BERT's family (mBERT, the usual XNLI baseline) tells premise from hypothesis by segment ids:
+    the hf engine passes them, as HF's Trainer passes every input its tokenizer makes."""
+    from transformers import BertTokenizerFast
+
+    from xeval.data import NLISet
+    from xeval.finetune import encode
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab))
+    nli = NLISet("en")
+    nli.add("a b", "c", 0)
+    nli.add("a", "b c c", 1)
+    encoded = encode(tokenizer, nli, 16, segments=True)
+    assert encoded.types == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 1, 1]]
+    assert encoded.inputs([0, 1], 0, "cpu")["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 1, 1, 1]]
+    plain = encode(tokenizer, nli, 16)  # our engine: XLM-R and mDeBERTa take none
+    assert plain.types is None and sorted(plain.inputs([1], 0, "cpu")) == ["attention_mask", "input_ids"]
+
+
 def test_report_of_an_edited_results_file_is_one_line(run: Path, tmp_path: Path, capsys) -> None:
     results = json.loads((run / "results.json").read_text())
     del results["seeds"][1]["selected"]
@@ -394,4 +436,7 @@ def test_two_ranks_match_one(exported: Path, tmp_path: Path) -> None:
     one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
     assert two["environment"]["world_size"] == 2
     assert [p["score"] for p in one["seeds"][0]["history"]] == [p["score"] for p in two["seeds"][0]["history"]]
+    # the training loss is the global batch's on every rank count (rank 0 logged its own half of it)
+    assert [p["train_loss"] for p in two["seeds"][0]["history"]] == pytest.approx(
+        [p["train_loss"] for p in one["seeds"][0]["history"]], rel=1e-4)
     assert one["seeds"][0]["test"] == two["seeds"][0]["test"]

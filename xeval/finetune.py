@@ -26,6 +26,33 @@ class Encoded:
 
     ids: list[list[int]]
     labels: list[int]
+    types: list[list[int]] | None = None
+    """Segment ids (``token_type_ids``) where they go to the model: the hf engine's, when its
+    tokenizer gives them (BERT's family), as HF's Trainer passes every input its tokenizer makes."""
+
+    @classmethod
+    def joined(cls, parts: list["Encoded"]) -> "Encoded":
+        """The pairs of ``parts`` in order."""
+        types = [t for e in parts for t in e.types] if parts and all(e.types is not None for e in parts) else None
+        return cls([i for e in parts for i in e.ids], [y for e in parts for y in e.labels], types)
+
+    def inputs(self, rows: list[int], pad_id: int, device: str) -> dict[str, torch.Tensor]:
+        """The model's keyword inputs for ``rows``: right-padded ``input_ids``, ``attention_mask``
+        and, where there are segment ids, ``token_type_ids`` (padded with 0)."""
+        ids = [self.ids[i] for i in rows]
+        width = max(len(x) for x in ids)
+        input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        segments = torch.zeros((len(ids), width), dtype=torch.long) if self.types is not None else None
+        for row, (index, seq) in enumerate(zip(rows, ids)):
+            input_ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, :len(seq)] = 1
+            if segments is not None:
+                segments[row, :len(seq)] = torch.tensor(self.types[index], dtype=torch.long)
+        out = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+        if segments is not None:
+            out["token_type_ids"] = segments.to(device)
+        return out
 
 
 @dataclasses.dataclass
@@ -51,27 +78,18 @@ def init_distributed(device: str) -> Dist:
     return Dist(torch.distributed.get_rank(), world)
 
 
-def encode(tokenizer: Any, nli: NLISet, max_length: int) -> Encoded:
-    """HF's own pair encoding (special tokens, longest-first truncation) of every example."""
+def encode(tokenizer: Any, nli: NLISet, max_length: int, segments: bool = False) -> Encoded:
+    """HF's own pair encoding (special tokens, longest-first truncation) of every example, with the
+    segment ids the tokenizer gives where ``segments`` (a model that takes them)."""
     out = tokenizer(nli.premises, nli.hypotheses, truncation=True, max_length=max_length)
-    return Encoded([list(ids) for ids in out["input_ids"]], list(nli.labels))
+    types = [list(t) for t in out["token_type_ids"]] if segments and "token_type_ids" in out else None
+    return Encoded([list(ids) for ids in out["input_ids"]], list(nli.labels), types)
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (1 << 32))
     torch.manual_seed(seed)
-
-
-def collate(ids: list[list[int]], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded input_ids and attention_mask for one batch."""
-    width = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(ids), width), dtype=torch.long)
-    for row, seq in enumerate(ids):
-        input_ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, :len(seq)] = 1
-    return input_ids.to(device), mask.to(device)
 
 
 @torch.no_grad()
@@ -85,9 +103,9 @@ def confusion(classifier: Classifier, data: Encoded, pad_id: int, cfg: TrainConf
     mine = sorted(range(dist.rank, len(data.labels), dist.world), key=lambda i: -len(data.ids[i]))
     for start in range(0, len(mine), cfg.eval_batch_size):
         batch = mine[start:start + cfg.eval_batch_size]
-        input_ids, mask = collate([data.ids[i] for i in batch], pad_id, cfg.device)
+        inputs = data.inputs(batch, pad_id, cfg.device)
         with torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
-            predicted = module(input_ids=input_ids, attention_mask=mask).logits.float().argmax(-1).cpu()
+            predicted = module(**inputs).logits.float().argmax(-1).cpu()
         for gold, pred in zip((data.labels[i] for i in batch), predicted.tolist()):
             counts[gold, pred] += 1
     module.train(was_training)
@@ -160,6 +178,8 @@ def finetune(classifier: Classifier, train: Encoded, dev: dict[str, Encoded], se
     def evaluate(epoch: int) -> None:
         nonlocal best_state, loss_sum, loss_count
         dev_acc = {lang: scores(confusion(classifier, dev[lang], pad_id, cfg, dist))["accuracy"] for lang in selection}
+        # each rank's share of the global mean loss, summed over the ranks (every rank evaluates)
+        loss_sum = float(dist.all_sum(torch.tensor([loss_sum], dtype=torch.float64, device=cfg.device))[0])
         point = {"epoch": epoch, "step": step, "train_loss": loss_sum / max(1, loss_count),
                  "dev": dev_acc, "score": sum(dev_acc.values()) / len(dev_acc)}
         if not history or point["score"] > select(history)["score"]:
@@ -174,10 +194,10 @@ def finetune(classifier: Classifier, train: Encoded, dev: dict[str, Encoded], se
             if len(batch) < dist.world:
                 continue
             mine = batch[dist.rank::dist.world]
-            input_ids, mask = collate([train.ids[i] for i in mine], pad_id, cfg.device)
+            inputs = train.inputs(mine, pad_id, cfg.device)
             labels = torch.tensor([train.labels[i] for i in mine], device=cfg.device)
             with torch.autocast(device_type=cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
-                logits = trainable(input_ids=input_ids, attention_mask=mask).logits
+                logits = trainable(**inputs).logits
             # sum over this rank's examples / global batch size, x world (DDP averages ranks): the global mean
             loss = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") * dist.world / len(batch)
             loss.backward()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,10 +53,9 @@ def hf_max_length(config: Any) -> int | None:
 
 
 def _hf_config(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path / 'config.json'}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    from pipeline.output import fs
+
+    return fs.read_json(path / "config.json", what="HF model config")
 
 
 def model_kind(path: str) -> str:
@@ -82,15 +80,27 @@ def _ours_available() -> bool:
     return True
 
 
+def _ours_can_load(config: dict[str, Any]) -> bool:
+    """Whether our model code loads the HF model of ``config``: one of our model types, as a masked
+    LM or a sequence classifier (or with no architecture named), as ``pretrain.models.hf.load_hf`` takes it."""
+    architecture = (config.get("architectures") or [""])[0]
+    return config.get("model_type") in OUR_MODEL_TYPES and (
+        not architecture or architecture.endswith(("ForMaskedLM", "ForSequenceClassification")))
+
+
 def choose_engine(engine: str, path: str) -> str:
     """The engine ``auto`` resolves to for ``path``; an impossible explicit choice is a UserError."""
     kind = model_kind(path)
-    ours_ok = _ours_available() and (kind == "checkpoint" or _hf_config(Path(path)).get("model_type") in OUR_MODEL_TYPES)
+    ours_ok = _ours_available() and (kind == "checkpoint" or _ours_can_load(_hf_config(Path(path))))
     if engine == "auto":
         engine = "ours" if ours_ok else "hf"
     if engine == "ours" and not ours_ok:
+        config = _hf_config(Path(path))
         why = ("pretrain.models has no build_classifier / hf.load_hf yet" if not _ours_available()
-               else f"model_type {_hf_config(Path(path)).get('model_type')!r} is not one of {', '.join(OUR_MODEL_TYPES)}")
+               else f"model_type {config.get('model_type')!r} is not one of {', '.join(OUR_MODEL_TYPES)}"
+               if config.get("model_type") not in OUR_MODEL_TYPES else
+               f"architecture {(config.get('architectures') or [''])[0]} has no head ours loads "
+               "(*ForMaskedLM, *ForSequenceClassification)")
         raise UserError(f"--engine ours cannot load {path}: {why}")
     if engine == "hf" and kind != "hf":
         raise UserError(f"--engine hf needs an HF model directory; {path} is a training checkpoint "
@@ -198,6 +208,8 @@ def load_classifier(path: str, engine: str, num_labels: int = len(LABELS)) -> tu
         config = _hf_config(Path(path))
         if any("ForSequenceClassification" in a for a in config.get("architectures") or []):
             names = config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))}
+            if not isinstance(names, dict) or not all(str(k).isdigit() for k in names):
+                raise UserError(f"{path}/config.json: id2label must map label ids (0, 1, 2) to names, not {names!r}")
             check_label_set(f"{path}/config.json", [str(v) for _, v in sorted(names.items(), key=lambda kv: int(kv[0]))])
         tokenizer = load_tokenizer(path)
         check_tokenizer(tokenizer, path, path, config.get("vocab_size"))

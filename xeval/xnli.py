@@ -82,8 +82,9 @@ def load_config(path: str | None, overrides: dict[str, Any], sets: list[str]) ->
     outside = [lang for lang in cfg.selection_languages if lang not in cfg.languages]
     if outside or not cfg.selection_languages:
         raise UserError(f"{source}: selection_languages {outside or '[]'} must be among languages ({' '.join(cfg.languages)})")
-    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
-        raise UserError(f"{source_of(source, 'seeds')}: seeds must be a non-empty list of distinct integers, got {cfg.seeds}")
+    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds) or not all(0 <= seed < 2**32 for seed in cfg.seeds):
+        raise UserError(f"{source_of(source, 'seeds')}: seeds must be a non-empty list of distinct integers from 0 "
+                        f"to 2^32-1, got {cfg.seeds}")
     return cfg
 
 
@@ -212,10 +213,11 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
             raise UserError(f"max_length {cfg.max_length}: the model {model} takes at most {classifier.max_length} tokens")
         model_info = classifier.info
         if not tokens:
-            train = [encode(tokenizer, train_sets[lang], cfg.max_length) for lang in train_langs]
-            tokens["train"] = {"all": Encoded([i for e in train for i in e.ids], [y for e in train for y in e.labels])}
-            tokens["dev"] = {lang: encode(tokenizer, dev_sets[lang], cfg.max_length) for lang in eval_langs}
-            tokens["test"] = {lang: encode(tokenizer, test_sets[lang], cfg.max_length) for lang in eval_langs}
+            segments = model_info["engine"] == "hf"  # (our models take no segment ids: XLM-R and mDeBERTa have none)
+            train = [encode(tokenizer, train_sets[lang], cfg.max_length, segments) for lang in train_langs]
+            tokens["train"] = {"all": Encoded.joined(train)}
+            tokens["dev"] = {lang: encode(tokenizer, dev_sets[lang], cfg.max_length, segments) for lang in eval_langs}
+            tokens["test"] = {lang: encode(tokenizer, test_sets[lang], cfg.max_length, segments) for lang in eval_langs}
             log(f"data: train {len(tokens['train']['all'].labels)} pairs ({', '.join(train_langs)}), "
                 f"dev/test {len(eval_langs)} languages")
         pad_id = tokenizer.pad_token_id
