@@ -24,7 +24,13 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
 @pytest.mark.parametrize("sets, message", [
     (["gopher_quality.min_stop_word=3"], "unknown config key 'gopher_quality.min_stop_word' (did you mean 'gopher_quality.min_stop_words'?)"),
     (["gopher_repetition.languages.fr.dup_line_frc=0.2"], "unknown key 'languages.fr.dup_line_frc' (did you mean 'languages.fr.dup_line_frac'?)"),
-    (["gopher_repetition.languages.fr.top_n_grams=[[50, 0.1]]"], "top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20"),
+    (["gopher_repetition.languages.fr.top_n_grams=[[50, 0.1]]"],
+     "gopher_repetition: languages.fr.top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20"),
+    (["pii.email_replacement=[]"], "pii: email_replacement: empty; give at least one replacement (or remove_emails: false)"),
+    (["symbol_lines.symbols_to_remove='|-+'"], "symbol_lines: symbols_to_remove holds '|-+': give single characters"),
+    (["ftfy.unescape_html=no"], "ftfy.unescape_html must be one of"),
+    (["perplexity.drop_buckets=[tail]"], "perplexity: drop_buckets ['tail']: head, middle and tail need perplexity.cutoffs"),
+    (["perplexity.max_perplexity=0"], "perplexity.max_perplexity=0.0 is out of range"),
     (["fineweb_quality.languages.de.line_punct_thr=high"], "languages.de.line_punct_thr: expected a number"),
     (["ftfy.normalization=NFX"], "ftfy.normalization must be one of"),
     (["url_filter.soft_word_threshold=0"], "url_filter.soft_word_threshold=0 is out of range"),
@@ -111,3 +117,36 @@ def test_vietnamese_words_leave_no_model_file_in_a_process_that_ends_without_tea
                           cwd=ROOT, env={**os.environ, "TMPDIR": str(temp)})
     assert done.stdout.splitlines() == ["['Tôi', 'là', 'sinh viên', 'trường', 'đại học']", "[]"]
     assert not list(temp.iterdir())
+
+
+def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
+    """A byte-order mark, indented comments, blank-looking lines, upper case and internationalized
+    domains; words with no ASCII letter (a list in another script): left out and said (as the empty
+    word, datatrove's reading, they blocked every URL ending in /); a line that is not UTF-8: its number."""
+    domains, words = tmp_path / "domains.txt", tmp_path / "words.txt"
+    domains.write_bytes("\ufeffbad.com\n   \n  # adult sites\nEvil.COM\nbücher.de\n".encode("utf-8"))
+    words.write_text("casino\nпорно\n----\n", encoding="utf-8")
+    step = UrlFilter(UrlFilterConfig(domains=str(domains), banned_words=str(words)))
+    step.prepare()
+    assert "2 entries without an ASCII letter or digit (e.g. 'порно') can never match" in capsys.readouterr().err
+    assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de"}
+    assert step.lists["banned_words"] == {"casino"}
+    for url, reason in (("http://bad.com/x", "domain"), ("http://evil.com/", "domain"),
+                        ("http://xn--bcher-kva.de/", "domain"), ("http://example.com/", None),
+                        ("https://wikipedia.org/wiki/Paris/", None), ("http://192.168.1.1/page", None),
+                        ("http://a.org/casino/", "hard_blacklisted")):
+        assert step.check(url) == reason, url
+    words.write_bytes(b"casino\nroulette\ncaf\xe9\n")
+    with pytest.raises(UserError, match=rf"^url_filter.banned_words {words}: line 3 is not UTF-8"):
+        UrlFilter(UrlFilterConfig(banned_words=str(words))).prepare()
+
+
+def test_a_cutoff_file_with_a_language_twice_is_refused(tmp_path: Path) -> None:
+    from pipeline.steps.perplexity import read_cutoffs
+
+    path = tmp_path / "cutoff.csv"
+    path.write_text(",en,fr,en\n" + "".join(f"{p},{p},{2 * p},{3 * p}\n" for p in range(100)))
+    with pytest.raises(UserError, match=rf"^{path}: line 1: column 'en' given twice$"):
+        read_cutoffs(str(path))
+    with pytest.raises(UserError, match="a folder, not a file"):
+        read_cutoffs(str(tmp_path))

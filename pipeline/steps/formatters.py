@@ -11,6 +11,7 @@ import ipaddress
 import re
 from typing import Any, Callable, Pattern
 
+from ..util.errors import UserError
 from .base import Document, RunInfo, Step, StepResult
 from .punctuation import PUNCTUATION_SET
 
@@ -52,7 +53,7 @@ class FtfyConfig:
     normalization: str | None = None
     """NFC, NFD, NFKC, NFKD or null (none, as datatrove)."""
 
-    choices = {"normalization": (None, "NFC", "NFD", "NFKC", "NFKD")}
+    choices = {"normalization": (None, "NFC", "NFD", "NFKC", "NFKD"), "unescape_html": (True, False, "auto")}
 
 
 FTFY_TRIGGERS = re.compile("[&\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\u206a-\u206f\ufeff\ufff9-\ufffc\ud800-\udfff]|\n[\u00c3\u00c2] ")
@@ -170,6 +171,11 @@ class PiiConfig:
         "22.214.171.124", "126.96.36.199", "188.8.131.52", "184.108.40.206", "220.127.116.11", "18.104.22.168"])
     """Replacements, used in turn (datatrove's addresses, which did not answer pings)."""
 
+    def validate(self) -> None:
+        for kind in ("email", "ip"):
+            if getattr(self, f"remove_{kind}s") and not getattr(self, f"{kind}_replacement"):
+                raise UserError(f"{kind}_replacement: empty; give at least one replacement (or remove_{kind}s: false)")
+
 
 class _Replacer:
     """Replaces each match with the next replacement in turn. The turn starts again with every
@@ -225,6 +231,11 @@ class SymbolLinesConfig:
     """Characters a removed line consists of (with spaces); null: datatrove's punctuation set."""
     replace_char: str = ""
     """What a run of removed lines becomes ("": nothing; FineWeb-2: a line break)."""
+
+    def validate(self) -> None:
+        longer = [s for s in self.symbols_to_remove or () if len(s) != 1]
+        if longer:  # (a string in the config file is a list of one: its characters were never matched alone)
+            raise UserError(f"symbols_to_remove holds {longer[0]!r}: give single characters, e.g. ['|', '-', '+']")
 
 
 class SymbolLines(TextStep):

@@ -118,6 +118,8 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
     try:
         with fs.open_read(path) as f:
             rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
+    except IsADirectoryError:
+        raise UserError(f"perplexity.cutoffs {path}: a folder, not a file") from None
     except OSError:
         raise UserError(f"perplexity.cutoffs {path}: no such file") from None
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -126,6 +128,9 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
         raise UserError(f"{path}: expected a header and a row per percentile 0..100 (or 0..99), "
                         f"got {max(len(rows) - 1, 0)} rows")
     langs = rows[0][1:]
+    for lang in langs:
+        if not lang or langs.count(lang) > 1:
+            raise UserError(f"{path}: line 1: " + (f"column {lang!r} given twice" if lang else "a column without a language"))
     cutoffs: dict[str, list[float]] = {lang: [] for lang in langs}
     for number, row in enumerate(rows[1:], 2):
         if len(row) != len(langs) + 1 or row[0] != str(number - 2):
@@ -186,11 +191,14 @@ class PerplexityConfig:
     """Drop documents above this perplexity (counted)."""
 
     choices = {"mode": MODES}
-    ranges = {"head": (0, 99), "tail": (0, 99)}
+    ranges = {"head": (0, 99), "tail": (0, 99), "max_perplexity": (1.0, None)}
 
     def validate(self) -> None:
         if self.head > self.tail:
             raise UserError(f"head ({self.head}) must not exceed tail")
+        if set(self.drop_buckets) & set(BUCKETS) and not self.cutoffs:
+            raise UserError(f"drop_buckets {self.drop_buckets}: head, middle and tail need perplexity.cutoffs "
+                            "(without them every document is in bucket all)")
         for value in self.drop_buckets:
             if value not in (*BUCKETS, "all"):
                 raise UserError(f"drop_buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")

@@ -57,7 +57,10 @@ class PerLanguage:
         for lang in self.languages:
             language = self.for_language(lang)
             check_choices_and_ranges(language, f"languages.{lang}", {}, self.ranges)
-            language.check_values()
+            try:
+                language.check_values()
+            except UserError as exc:
+                raise UserError(f"languages.{lang}.{exc}") from None
         self.check_values()
 
     def check_values(self) -> None:

@@ -9,14 +9,15 @@ datatrove 0.10.1's ``URLFilter`` semantics and drop reasons (checked in this ord
 - ``blacklisted_subword``: a banned sub-word occurs anywhere in the URL, lowercased, with
   everything but letters and digits removed.
 
-Lists are text files, one entry per line, ``#`` starting a comment line; words are lowercased and
-reduced to letters and digits. The Public Suffix List is tldextract's bundled snapshot (no
+Lists are text files, one entry per line, ``#`` starting a comment line (:func:`read_list`); words
+are lowercased and reduced to letters and digits, domains lowercased. The Public Suffix List is tldextract's bundled snapshot (no
 download at run time). Where to get lists: README ("URL filtering").
 """
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from typing import Any
 
 from ..output import fs
@@ -49,6 +50,44 @@ class UrlFilterConfig:
     ranges = {"soft_word_threshold": (1, None)}
 
 
+def read_list(name: str, path: str) -> set[str]:
+    """The entries of list ``name`` (a :data:`LISTS` key) in file ``path``: a line each, stripped,
+    a byte-order mark, empty lines and ``#`` comments left out. Domains are lowercased (host names
+    are case-insensitive), an internationalized one kept in both forms (``bücher.de`` and the
+    ``xn--bcher-kva.de`` that URLs carry); words reduced to ASCII letters and digits, lowercased.
+    A word with none of them (``порно``, ``----``) could never be one of a URL's words, and as the
+    empty entry it would block every URL ending in ``/`` (datatrove's reading): left out, and said."""
+    try:
+        with fs.open_read(path) as stream:
+            data = stream.read()
+    except OSError as exc:
+        raise UserError(f"url_filter.{name} {path}: cannot read it ({exc})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"url_filter.{name} {path}: line {line} is not UTF-8 ({exc.reason})") from None
+    entries, unmatchable = set(), []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        if name.endswith("words"):
+            word = normalize(line)
+            entries.add(word) if word else unmatchable.append(line)
+        elif name == "domains":
+            entries.add(line.lower())
+            try:
+                entries.add(line.lower().encode("idna").decode("ascii"))
+            except UnicodeError:  # (not a name IDNA encodes: kept as it is)
+                pass
+        else:
+            entries.add(line)
+    if unmatchable:
+        print(f"warning: url_filter.{name} {path}: {len(unmatchable)} entries without an ASCII letter or digit "
+              f"(e.g. {unmatchable[0]!r}) can never match a URL's words: left out", file=sys.stderr)
+    return entries
+
+
 class UrlFilter(Step):
     """Drops documents whose URL is blocked (datatrove's ``URLFilter`` with the user's lists)."""
 
@@ -74,16 +113,7 @@ class UrlFilter(Step):
         """Reads the lists on the driver (they travel to the workers with the step)."""
         for name in LISTS:
             path = getattr(self.cfg, name)
-            entries: set[str] = set()
-            if path:
-                try:
-                    with fs.open_read(path) as stream:
-                        lines = stream.read().decode("utf-8").splitlines()
-                except (OSError, UnicodeDecodeError) as exc:
-                    raise UserError(f"url_filter.{name} {path}: cannot read it ({exc})") from None
-                words = name.endswith("words")
-                entries = {normalize(line) if words else line.strip() for line in lines if line and line[0] != "#"}
-            self.lists[name] = frozenset(entries)
+            self.lists[name] = frozenset(read_list(name, path) if path else ())
 
     def setup(self) -> None:
         import ahocorasick
