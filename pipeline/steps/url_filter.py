@@ -10,8 +10,8 @@ datatrove 0.10.1's ``URLFilter`` semantics and drop reasons (checked in this ord
   everything but letters and digits removed.
 
 Lists are text files, one entry per line, ``#`` starting a comment line (:func:`read_list`); words
-are lowercased and reduced to letters and digits, domains lowercased. The Public Suffix List is tldextract's bundled snapshot (no
-download at run time). Where to get lists: README ("URL filtering").
+are lowercased and reduced to letters and digits, domains lowercased. The Public Suffix List is
+tldextract's bundled snapshot (no download at run time). Where to get lists: README ("URL filtering").
 """
 from __future__ import annotations
 
@@ -73,7 +73,10 @@ def read_list(name: str, path: str) -> set[str]:
             continue
         if name.endswith("words"):
             word = normalize(line)
-            entries.add(word) if word else unmatchable.append(line)
+            if word:
+                entries.add(word)
+            else:
+                unmatchable.append(line)
         elif name == "domains":
             entries.add(line.lower())
             try:
