@@ -106,6 +106,13 @@ class CorpusConfig:
 
 RUN_SECTIONS = ("read", "write", "sampling")
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(CorpusConfig) if not f.metadata.get("internal"))
+RUN_NAMES = frozenset({*TOP_LEVEL, "io", "near_dedup_cluster_sizes", "files", "distribute", "as_tables",
+                       "write_corpus", "rejected_as_dicts", "write_rejected", "write_stats", "flatten_counts",
+                       "sum_counts"})
+"""Names a plugin step may not take: the run's config keys and sections, its counter groups besides
+the steps' (the store's ``io``, near-dup's cluster sizes) and its graph labels (a step's label is its
+name in CamelCase: a step ``write`` would share the writer's section and counters, ``io`` hide its
+counts in run.json, ``as_tables`` clash with the graph's own transform)."""
 CHOICES = {
     "read.format": ("auto", "wet", "warc"),
     "write.format": tuple(FORMATS),
@@ -150,6 +157,9 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
     for i, cls in enumerate(classes):
         if cls.name in seen:
             raise UserError(f"{where}: steps: {cls.name!r} is named twice")
+        if cls.name in RUN_NAMES:
+            raise UserError(f"{where}: steps: step {cls.name!r} ({cls.__module__}.{cls.__name__}) has a name of the "
+                            "run's own (a config section, counter group or part of the graph); give it a name of its own")
         seen.add(cls.name)
         if cls.reads_files and i:
             raise UserError(f"{where}: steps: {cls.name!r} works on the input files and must come first")
@@ -171,8 +181,20 @@ def _validate(cfg: CorpusConfig, source: Source) -> None:
     for value in cfg.sampling.buckets:
         if value not in (*BUCKETS, "all"):
             raise UserError(f"{source_of(source, 'sampling.buckets')}: sampling.buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
+    if cfg.sampling.buckets and "all" not in cfg.sampling.buckets and not _sets_buckets(cfg):
+        raise UserError(f"{source_of(source, 'sampling.buckets')}: sampling.buckets {cfg.sampling.buckets}: no step "
+                        "here sorts documents into head, middle and tail (perplexity does, given perplexity.cutoffs), "
+                        "so every document is in bucket all and sampling.json would weigh no language; add all to "
+                        "the list, or leave sampling.buckets out")
     for name, section in cfg.sections.items():
         _check_section(name, section, source)
+
+
+def _sets_buckets(cfg: CorpusConfig) -> bool:
+    """Whether a step of the run gives documents buckets other than all: perplexity with cutoffs, or a
+    plugin step that provides ``bucket``."""
+    return any("bucket" in cls.provides and (cls.name != "perplexity" or cfg.sections[cls.name].cutoffs)
+               for cls in cfg.active_step_classes())
 
 
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,

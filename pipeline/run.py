@@ -354,9 +354,11 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         raise UserError(f"input {inside[0]} lies in the output folder {cfg.output} ({len(inside)} input files do): a "
                         "run would read its own corpus; give an input that leaves the output folder out")
     check_engine(options)
-    twins = fs.same_bytes(files)
-    if twins:  # exact dedup would remove every copy's paragraphs, near-dup (by record id) keep every copy
-        raise UserError(f"input files {twins[0][0]} and {twins[0][1]} hold the same bytes ({len(twins)} such group"
+    twins, how = fs.same_bytes(files), "the same bytes"
+    if not twins:
+        twins, how = fs.same_content(files), "the same bytes once decompressed"
+    if twins:  # exact dedup would remove every copy's paragraphs, near-dup stop at the first repeated record id
+        raise UserError(f"input files {twins[0][0]} and {twins[0][1]} hold {how} ({len(twins)} such group"
                         f"{'s' if len(twins) > 1 else ''}): their records would be read twice; give each file once")
     steps = build_steps(cfg, len(files))
     forkserver.install(options, cfg.worker_modules())  # imports meanwhile (when `pipeline run` has not started it)

@@ -271,6 +271,25 @@ def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(
             load_config(str(config))
 
 
+def test_sampled_buckets_need_a_step_that_sets_them(tmp_path):
+    """``sampling.buckets: [head, middle]`` with no perplexity cutoffs (every document in bucket all)
+    gave a sampling.json that weighed no language, silently; now one line when the config loads."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+
+    base = {"input": ["x.wet.gz"], "output": "out"}
+    with pytest.raises(UserError, match=re.escape("sampling.buckets ['head', 'middle']: no step here sorts documents "
+                                                  "into head, middle and tail")):
+        load_config(None, base, ["sampling.buckets=[head, middle]"])
+    with pytest.raises(UserError, match="so every document is in bucket all"):  # models but no cutoffs: all
+        load_config(None, base, ["steps=[dedup, lid, perplexity]", "perplexity.models=lm", "sampling.buckets=[head]"])
+    assert load_config(None, base, ["sampling.buckets=[head, all]"]).sampling.buckets == ["head", "all"]
+    cutoffs = tmp_path / "cutoff.csv"
+    cutoffs.write_text(",de\n" + "".join(f"{p},{p + 1}\n" for p in range(100)))
+    assert load_config(None, base, ["steps=[dedup, lid, perplexity]", "perplexity.models=lm",
+                                    f"perplexity.cutoffs={cutoffs}", "sampling.buckets=[head]"]).sampling.buckets == ["head"]
+
+
 def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
     """What ``train-lm`` passed on unchecked (a language code that is a path or has a space, an order
     KenLM is not built for, lmplz's memory syntax, a config's languages that are not lists of files)

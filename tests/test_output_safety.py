@@ -144,6 +144,25 @@ def test_one_file_given_twice_under_two_names_is_one_line(wet, tmp_path, capsys)
     assert run_cli(*args, "--set", "steps=[lid]") == 0  # another file of the same size is read
 
 
+def test_a_file_beside_its_gzipped_self_is_one_line(wet, tmp_path, capsys):
+    """``gunzip -k`` leaves ``x.warc.wet`` beside ``x.warc.wet.gz``: other bytes, the same records.
+    Exact dedup removed every paragraph of both (the file's documents lost, exit 0); now one line.
+    A plain file of that name with other records is read."""
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.warc.wet.gz").write_bytes(Path(wet).read_bytes())
+    (tmp_path / "in" / "x.warc.wet").write_bytes(gzip.decompress(Path(wet).read_bytes()))
+    args = ["--input", str(tmp_path / "in" / "*"), "--set", "beam_options=[]", "--output", str(tmp_path / "out")]
+    assert run_cli(*args) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: input files {tmp_path / 'in' / 'x.warc.wet'} and {tmp_path / 'in' / 'x.warc.wet.gz'} hold the same "
+        "bytes once decompressed (1 such group): their records would be read twice; give each file once")
+    other = sorted(Path(wet).parent.glob("*.warc.wet.gz"))[1]
+    (tmp_path / "in" / "x.warc.wet").write_bytes(gzip.decompress(other.read_bytes()))
+    assert run_cli(*args, "--set", "steps=[lid]") == 0
+
+
 def test_a_run_whose_every_record_is_rejected_leaves_the_previous_corpus(wet, tmp_path, capsys):
     """Input that is all bad (another compression under a .gz name, an empty file, a dangling link):
     one line with the reasons and the first rejection, exit 2, and the corpus there is kept (it was

@@ -16,6 +16,7 @@ from test_warc import BAD_CASES
 
 from pipeline.__main__ import main
 from pipeline.output.shards import SCHEMA, read_shard
+from pipeline.readers.warc import RecordReader
 from pipeline.runners.options import direct_pipeline, pipeline_options
 from pipeline.steps.base import Drop, RunInfo, Step
 from pipeline.transforms.counting import COUNTS, Counted, total_counts
@@ -542,6 +543,26 @@ def test_near_duplicates_of_the_sample_are_removed(sample, tmp_path):
     rows = [r for p in tmp_path.glob("lang=*/bucket=all/*.arrow") for r in read_shard(str(p)).to_pylist()]
     assert all(r["minhash_cluster_size"] >= 1 for r in rows)
     assert sum(r["minhash_cluster_size"] - 1 for r in rows) == len(removed)
+
+
+def test_a_record_id_on_two_documents_stops_near_dup(sample, tmp_path, capsys):
+    """Near-dup knows a document by its record id: two documents with one id (a WARC writer that
+    reuses ids) would be one node of the graph, and a verdict for one would fall on both. The run
+    stops with one line naming the id and both files, and writes no corpus."""
+    wet = sorted((sample / "wet").glob("*.warc.wet.gz"))[0]
+    (tmp_path / "in").mkdir()
+    shutil.copy(wet, tmp_path / "in" / wet.name)
+    with wet.open("rb") as stream:
+        reused = next(doc for doc in RecordReader(str(wet), "wet").read(stream) if isinstance(doc, dict))["id"]
+    body = ("Ein ganz anderer deutscher Absatz, der mit keiner Seite der Probe etwas gemein hat und lang "
+            "genug ist, um gelesen zu werden. ") * 4
+    (tmp_path / "in" / "reused.warc.wet.gz").write_bytes(gz(warc_record(body.encode(), record_id=reused)))
+    assert run_cli("--input", str(tmp_path / "in" / "*.warc.wet.gz"), "--output", str(tmp_path / "out"),
+                   "--set", "steps=[lid, near_dedup]") == 2
+    err = capsys.readouterr().err
+    assert f"step near_dedup: record id {reused} is on two documents" in err and "Traceback" not in err
+    assert wet.name in err and "reused.warc.wet.gz" in err
+    assert not list((tmp_path / "out").iterdir())
 
 
 @pytest.mark.parametrize("point, survivor", [("commit@0", "old"), pytest.param("replace@3", "new", marks=pytest.mark.slow)])

@@ -310,9 +310,36 @@ class NamedLikeLid(Step):
     Config = NoConfig
 
 
+class NamedLikeTheWriter(Step):
+    name = "write"
+    Config = NoConfig
+
+
 class Unnamed(Step):
     Config = NoConfig
 '''
+
+
+def test_the_runs_own_names_cover_its_graph_and_counters():
+    """``RUN_NAMES`` (no plugin step may take one) holds every top-level label of the graph that is
+    not a step's, in a step's snake_case, and the counter groups that are not a step's."""
+    import re
+
+    import apache_beam as beam
+
+    from pipeline.config import RUN_NAMES, load_config
+    from pipeline.graph import build_pipeline, build_steps
+    from pipeline.report.stats import IO_STEP
+    from pipeline.steps.near_dedup import CLUSTER_SIZES
+
+    wet = str(sorted((ROOT / "tests/data/sample/wet").glob("*.warc.wet.gz"))[0])
+    cfg = load_config(None, {"input": [wet], "output": "unused"}, ["steps=[dedup, lid, near_dedup]"])
+    p = beam.Pipeline()
+    build_pipeline(p, cfg, [wet], build_steps(cfg, 1))
+    labels = {re.sub(r"(?<!^)(?=[A-Z])", "_", part.full_label).lower() for part in p.transforms_stack[0].parts
+              if "/" not in part.full_label}
+    assert labels - set(cfg.steps) <= RUN_NAMES and {"files", "as_tables", "write_stats"} <= labels
+    assert {IO_STEP, CLUSTER_SIZES} <= RUN_NAMES
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -341,7 +368,8 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
         cases |= {"RaisesIn where=__init__": "step raises_in: building it failed: RuntimeError: no model here (__init__)",
                   "RaisesIn where=prepare": "step raises_in: prepare() failed: RuntimeError: no model here (prepare)",
                   "NamedLikeLid": "its name 'lid' is a built-in step's; give it a name of its own",
-                  "Unnamed": "has a Step subclass 'Unnamed' that sets no `name`"}
+                  "Unnamed": "has a Step subclass 'Unnamed' that sets no `name`",
+                  "NamedLikeTheWriter": "step 'write' (broken.NamedLikeTheWriter) has a name of the run's own"}
     assert run(tmp_path, "ok", "--set", "steps=[dedup, lid, 'broken:GivesAGenerator']").returncode == 0
     for case, message in cases.items():
         cls, _, where = case.partition(" where=")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import gzip
 import hashlib
 import json
 import os
@@ -90,6 +91,27 @@ def same_bytes(files: dict[str, int]) -> list[list[str]]:
             for group in ([paths] if is_local(paths[0]) else _same_sha256(paths))]
 
 
+def same_content(files: Iterable[str]) -> list[list[str]]:
+    """Groups of ``files`` that are one file gzipped and not (``x.warc.wet.gz`` and the
+    ``x.warc.wet`` that ``gunzip -k`` leaves beside it, or a copy of either): of the files whose
+    names are equal once ``.gz`` is taken off, where some are gzipped and some not, those whose
+    bytes are equal once decompressed. Files of other names are not read."""
+    by_name: dict[str, list[str]] = {}
+    for path in files:
+        by_name.setdefault(path.rsplit("/", 1)[-1].lower().removesuffix(".gz"), []).append(path)
+    groups = []
+    for paths in by_name.values():
+        if len({path.lower().endswith(".gz") for path in paths}) == 2:
+            by_hash: dict[str, list[str]] = {}
+            for path in paths:
+                try:
+                    by_hash.setdefault(sha256(path, decompressed=True), []).append(path)
+                except Exception:  # noqa: BLE001  unreadable, or not gzip after all: its reading names the error
+                    continue
+            groups += [group for group in by_hash.values() if len(group) > 1]
+    return groups
+
+
 def _same_sha256(paths: list[str]) -> list[list[str]]:
     """Groups of two or more of ``paths`` with the same SHA-256."""
     by_hash: dict[str, list[str]] = {}
@@ -170,10 +192,15 @@ def write_json(path: str | Path, obj: Any, compact: bool = False) -> None:
     write_atomic(str(path), lambda stream: stream.write(text.encode("utf-8")))
 
 
-def sha256(path: str) -> str:
-    """The SHA-256 of a file's bytes (local or in a bucket), read in 4 MiB blocks."""
+def sha256(path: str, decompressed: bool = False) -> str:
+    """The SHA-256 of a file's bytes (local or in a bucket), read in 4 MiB blocks; ``decompressed``:
+    of what gzip decompresses them to, where the file is gzip (its first two bytes say)."""
+    if decompressed:
+        with open_read(path) as raw:
+            decompressed = raw.read(2) == b"\x1f\x8b"
     digest = hashlib.sha256()
-    with open_read(path) as stream:
+    with open_read(path) as raw:
+        stream = gzip.GzipFile(fileobj=raw) if decompressed else raw
         for block in iter(lambda: stream.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()

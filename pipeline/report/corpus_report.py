@@ -38,6 +38,11 @@ def _n(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _percent(share: float) -> str:
+    """A share (0..1) as a percentage of two decimals; one too small to show so is "<0.01", not 0.00."""
+    return "<0.01" if 0 < share < 0.00005 else f"{100 * share:.2f}"
+
+
 def _stages(stats: dict[str, Any]) -> list[tuple[str, int]]:
     """(stage, documents after it) in graph order, from the counters."""
     c = stats["counters"]
@@ -152,7 +157,7 @@ def languages_section(stats: dict[str, Any]) -> Section:
     langs = stats["languages"]
     names = sorted(langs, key=lambda lang: -langs[lang]["characters"])
     total = sum(v["characters"] for v in langs.values()) or 1
-    rows = [[lang, _n(langs[lang]["documents"]), _n(langs[lang]["characters"]), f"{100 * langs[lang]['characters'] / total:.2f}"]
+    rows = [[lang, _n(langs[lang]["documents"]), _n(langs[lang]["characters"]), _percent(langs[lang]["characters"] / total)]
             for lang in names]
     plot = _panels(names, [("documents", [langs[lang]["documents"] for lang in names]),
                            ("characters", [langs[lang]["characters"] for lang in names])],
@@ -174,8 +179,8 @@ def sampling_section(sampling: dict[str, Any]) -> Section:
     series = [("p_i (corpus share)", [100 * langs[lang]["p"] for lang in names])]
     series += [(f"q_i, α = {a:g}" + (" (configured)" if a == alpha else ""), [100 * weights[a][lang]["q"] for lang in names])
                for a in alphas]
-    rows = [[lang, _n(langs[lang]["n"]), f"{100 * langs[lang]['p']:.2f}",
-             *[f"{100 * weights[a][lang]['q']:.2f}" for a in alphas]] for lang in names]
+    rows = [[lang, _n(langs[lang]["n"]), _percent(langs[lang]["p"]),
+             *[_percent(weights[a][lang]["q"]) for a in alphas]] for lang in names]
     plot = _hbar(names, series, "share of the training mix (%)", f"Alpha-sampling over {sampling['unit']}") if names else \
         _empty_plot("Alpha-sampling", "no language to sample")
     buckets = sampling.get("buckets", "all")
@@ -212,6 +217,8 @@ def perplexity_section(stats: dict[str, Any]) -> Section:
         return Section(heading, paragraphs=["No document was scored (perplexity.models not set): every document is in bucket all."],
                        plots=[("perplexity.png", _empty_plot("Perplexity per language", "no perplexity scores"))])
     base = report["bin_base"]
+    chosen = stats.get("config", {}).get("perplexity", {})
+    head_p, tail_p = f"p{chosen.get('head', 30)}", f"p{chosen.get('tail', 60)}"
     plt = pyplot()
     names = sorted(langs)
     cols = min(4, len(names))
@@ -232,7 +239,7 @@ def perplexity_section(stats: dict[str, Any]) -> Section:
         for name, color in (("head", "#2a9d3f"), ("tail", "#c0392b")):
             if cutoffs:
                 ax.axvline(cutoffs[name], color=color, linestyle="--", linewidth=1.2,
-                           label=f"{'p30' if name == 'head' else 'p60'} {cutoffs[name]:g}")
+                           label=f"{head_p if name == 'head' else tail_p} {cutoffs[name]:g}")
         buckets = stats["languages"].get(lang, {}).get("buckets", {})
         total = sum(b["documents"] for b in buckets.values()) or 1
         shares = {k: 100 * buckets.get(k, {}).get("documents", 0) / total for k in BUCKET_ORDER}
@@ -244,11 +251,12 @@ def perplexity_section(stats: dict[str, Any]) -> Section:
         table.append([lang, _n(sum(c for _, c in histogram)), f"{_median(histogram, base):.0f}",
                       f"{cutoffs['head']:g}" if cutoffs else "–", f"{cutoffs['tail']:g}" if cutoffs else "–",
                       *[f"{shares[k]:.1f}" for k in BUCKET_ORDER]])
-    fig.suptitle("Perplexity per language, with the head (p30) and tail (p60) cutoffs")
+    fig.suptitle(f"Perplexity per language, with the head ({head_p}) and tail ({tail_p}) cutoffs")
     fig.tight_layout()
     return Section(heading, paragraphs=[
-        "Histograms of the scored documents (before any bucket was dropped), 10 % wide bins on a log axis; a document "
-        "is head below the p30 cutoff, middle below p60, tail from there; languages without cutoffs are all."],
+        "Histograms of the scored documents the corpus kept (not those perplexity.drop_buckets or max_perplexity "
+        f"dropped: the funnel counts them), 10 % wide bins on a log axis; a document is head below the {head_p} "
+        f"cutoff, middle below {tail_p}, tail from there; languages without cutoffs are all."],
         plots=[("perplexity.png", png(fig))],
         tables=[Table(["language", "scored", "median", "head below", "tail from", *[f"% {k}" for k in BUCKET_ORDER]], table)])
 

@@ -18,7 +18,7 @@ from ..steps import dedup
 from ..steps.base import Drop, Note, Rejected, RunInfo
 from ..steps.dedup import DedupConfig, ParagraphDedup
 from .apply import REMOVED, removed_record
-from .counting import Counted, CountingDoFn
+from .counting import Counted
 from .scratch import Pickled, PicklingDoFn, UnpicklingDoFn
 
 

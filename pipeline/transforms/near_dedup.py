@@ -21,6 +21,7 @@ from ..steps.minhash_datatrove import (DEFAULT_LANG, band_keys as datatrove_band
                                       union_find)
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup, NearDupConfig
 from ..steps.words import tokenizer_for
+from ..util.errors import StepFailed
 from .apply import REMOVED, removed_record
 from .counting import MAIN, Counted, CountingDoFn
 from .scratch import Pickled, PicklingDoFn, UnpicklingDoFn
@@ -324,8 +325,15 @@ class ApplyNearDup(UnpicklingDoFn):
         for node, parent in grouped["parent"]:
             parents[node] = min(parent, parents.get(node, parent))
         sizes = dict(grouped["size"])
+        sources: dict[str, str] = {}  # every document of an id meets here, so an id on two is found here
         for ref in grouped["doc"]:
             for doc_id, doc in self.unpickler.load(ref):
+                if doc_id in sources:
+                    raise StepFailed(f"step {NearDedup.name}: record id {doc_id} is on two documents, of "
+                                     f"{sources[doc_id]} and of {doc.get('source')}: near-dup knows a document by "
+                                     "its WARC-Record-ID, which must be unique; give each record an id of its own, "
+                                     "or leave near_dedup out")
+                sources[doc_id] = doc.get("source", "")
                 self.count("documents_in")
                 if doc_id in parents:
                     self.count("near_duplicate")
