@@ -122,7 +122,7 @@ def corpus_weights(corpus: str, alpha: float, buckets: Iterable[str], languages:
     (rehydrated ones where it has them for these buckets; its per-bucket counts otherwise, before
     rehydration, which the source then says), else from ``measured`` (characters read). Returns (q,
     where it came from)."""
-    languages, buckets = sorted(languages), sorted(buckets)
+    languages, buckets = sorted(languages), sorted(set(buckets))
     path = corpus_file(corpus, "sampling.json")
     if path:
         try:
@@ -139,7 +139,8 @@ def _recorded_weights(path: str, report: dict[str, Any], alpha: float, buckets: 
                       languages: list[str]) -> tuple[dict[str, float], str] | None:
     """:func:`corpus_weights` from ``sampling.json`` (``report``), or None where it cannot say."""
     recorded = report.get("languages", {})
-    same_buckets = (report.get("buckets") == "all" and not buckets) or report.get("buckets") == buckets
+    chosen = report.get("buckets")  # the corpus config's list, in its order, or "all"
+    same_buckets = not buckets if chosen == "all" else isinstance(chosen, list) and sorted(set(chosen)) == buckets
     if report.get("alpha") == alpha and same_buckets and set(recorded) == set(languages):
         return {lang: float(recorded[lang]["q"]) for lang in languages}, f"{path} (alpha={alpha})"
     unit, summary = report.get("unit", "characters"), report.get("corpus", {})

@@ -56,6 +56,15 @@ def test_sampling_json_counts_the_copies(tmp_path: Path) -> None:
     expected = sampling_weights({"en": 10 + 2 * 20, "fr": 8 * 30 + 40}, 0.7)
     assert q == pytest.approx({lang: row["q"] for lang, row in expected.items()})
     assert where.endswith("characters after rehydration (alpha=0.7)")
+    # the config's buckets in any order (commoncrawl.yaml's head, middle, all): pretrain sorts its own
+    cfg = load_config(None, {"input": ["x"], "output": str(tmp_path / "out")},
+                      [f"sampling.rehydration={json.dumps(schedule)}", "sampling.buckets=[head, all]"])
+    write_artifacts({}, corpus, cfg, 1, {})
+    recorded = json.loads((tmp_path / "out" / "sampling.json").read_text())["languages"]
+    q, where = corpus_weights(str(tmp_path / "out"), 0.3, ["head", "all"], ["en", "fr"], {})
+    assert q == {lang: row["q"] for lang, row in recorded.items()} and where.endswith("sampling.json (alpha=0.3)")
+    assert corpus_weights(str(tmp_path / "out"), 0.7, ["all", "head"], ["en", "fr"], {})[1].endswith(
+        "characters after rehydration (alpha=0.7)")
 
 
 def test_bad_schedule_is_one_line() -> None:
