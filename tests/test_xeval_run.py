@@ -154,6 +154,25 @@ def test_reports(run: Path, tmp_path: Path) -> None:
     assert (tmp_path / "cmp" / "report.html").is_file() and _png_size(tmp_path / "cmp" / "gap.png")[0] > 300
 
 
+def test_runs_are_told_apart_in_the_report(run: Path, tmp_path: Path, capsys) -> None:
+    """Models exported as ``<run>/hf`` (pretrain's layout) were all called ``hf`` in the tables; the
+    default names now take as many parent folders as tell them apart, and ``--names`` a name twice is
+    one line."""
+    from xeval.report import default_names
+
+    def results(path: str, data: str = "XNLI") -> dict:
+        return {"model": {"path": path}, "data": {"name": data}}
+
+    assert default_names([results("/r/xlmr/hf"), results("/r/mdeberta/hf"), results("/q/mdeberta/hf")]) == [
+        "r/xlmr/hf", "r/mdeberta/hf", "q/mdeberta/hf"]
+    assert default_names([results("/r/xlmr/hf"), results("/r/mdeberta/step-9")]) == ["hf", "step-9"]
+    assert default_names([results("/r/hf"), results("/r/hf"), results("/r/hf", "fixtures")]) == [
+        "hf (run 1)", "hf (run 2)", "hf (fixtures)"]
+    assert xeval("report", str(run / "results.json"), str(run / "results.json"), "--out", str(tmp_path / "a"),
+                 "--names", "x,x") == 2
+    assert "--names gives 'x' twice" in capsys.readouterr().err
+
+
 def fifteen_language_run(results: dict) -> dict:
     """The fixture run as if it were XNLI in all 15 languages, 8 of 12 test examples right in each
     (predictions spread over two labels)."""

@@ -79,9 +79,17 @@ CHANCE = 1 / 3  # three balanced classes
 CONSTANT_SHARE = 0.95  # a seed whose predictions are this much one label predicts (nearly) a constant
 
 
-def _name(results: dict[str, Any], index: int) -> str:
-    model = Path(results["model"].get("path", f"run {index + 1}")).name
-    return f"{model} ({results['data']['name']})" if results["data"]["name"] != "XNLI" else model
+def default_names(runs: list[dict[str, Any]]) -> list[str]:
+    """Each run's name in the tables: its model folder's name, with as many parent folders as tell the
+    runs apart (``xlmr/hf`` and ``mdeberta/hf``, as ``pretrain export`` names them), its dataset's
+    where not XNLI, and ``run N`` after a name that is still another run's."""
+    parts = [Path(run["model"].get("path", f"run {i + 1}")).parts for i, run in enumerate(runs)]
+    depth = 1
+    while len({p[-depth:] for p in parts}) < len(set(parts)) and depth < max(map(len, parts)):
+        depth += 1
+    names = ["/".join(p[-depth:]) + (f" ({run['data']['name']})" if run["data"]["name"] != "XNLI" else "")
+             for p, run in zip(parts, runs)]
+    return [f"{name} (run {i + 1})" if names.count(name) > 1 else name for i, name in enumerate(names)]
 
 
 def _pct(x: float) -> str:
@@ -254,7 +262,7 @@ def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
 def render(runs: list[dict[str, Any]], out: Path, names: list[str] | None = None) -> None:
     """Write report.md, report.html and the PNG plots for one or more runs into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    names = names or [_name(run, i) for i, run in enumerate(runs)]
+    names = names or default_names(runs)
     langs = [lang for lang in XNLI_LANGUAGES if any(lang in run["languages"] for run in runs)]
     warnings = [f"{name}: {run['data']['note']}" for name, run in zip(names, runs) if run["data"].get("note")]
     warnings += [w for name, run in zip(names, runs) for w in chance_warnings(name, run)]
@@ -281,6 +289,9 @@ def main(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     if names is not None and len(names) != len(runs):
         raise UserError(f"--names has {len(names)} names for {len(runs)} results files")
+    if names is not None and len(set(names)) < len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise UserError(f"--names gives {twice!r} twice: each run needs a name of its own in the tables")
     render(runs, Path(args.out), names)
     print(f"wrote {args.out}/{', '.join(REPORT_FILES)}")
     return 0
