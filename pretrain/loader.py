@@ -16,8 +16,10 @@ Masking is dynamic (new each time a sequence is drawn), as BERT/RoBERTa: ``mask_
 maskable positions (never ``<s> <pad> </s> <unk> <mask>``) are chosen; of those ``mask_replace``
 become ``<mask>``, ``random_replace`` a random ordinary token, the rest stay; ``labels`` hold the
 original id there and -100 elsewhere. ``whole_word`` chooses whole words (pieces after a word-start
-piece); ``span`` chooses SpanBERT spans of whole words with geometric lengths (``span_p``, cut at
-``max_span`` and rescaled, as SpanBERT's).
+piece; in scripts written without spaces, such as Chinese or Thai, each piece is a word, as BERT's
+Chinese models take each character); ``span`` chooses SpanBERT spans of whole words with geometric
+lengths (``span_p``, cut at ``max_span`` and rescaled, as SpanBERT's) and, as SpanBERT, replaces a
+span's tokens all alike (all ``<mask>``, all random, or all kept).
 """
 from __future__ import annotations
 
@@ -141,9 +143,11 @@ class _Stream:
                 if not cross_document:
                     break
             else:
+                self._advance()
+                if filled == n - 1 or self._current() is None:
+                    break  # the sequence's closing </s> ends the document: no separator before it
                 out[filled] = EOS_ID
                 filled += 1
-                self._advance()
         doc = self._current() if self.pos < len(self.indices) else None
         if doc is not None and self.offset >= len(doc):
             self._advance()  # the sequence's closing </s> ends this document too
@@ -233,15 +237,19 @@ class MLMLoader:
         flat = starts.ravel()
         return np.cumsum(flat) - 1, np.flatnonzero(flat)
 
-    def _chosen(self, ids: np.ndarray, maskable: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _chosen(self, ids: np.ndarray, maskable: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+        """The positions to predict, and for span masking the span of each position (-1 outside one),
+        whose replacement is decided once for the whole span, as SpanBERT's; None otherwise."""
         p, shape = self.cfg.mask_prob, ids.shape
         if self.cfg.masking == "token":
-            return maskable & (rng.random(shape, dtype=np.float32) < p)
+            return maskable & (rng.random(shape, dtype=np.float32) < p), None
         word, first = self._words(ids)
         if self.cfg.masking == "whole_word":
-            return maskable & (rng.random(len(first), dtype=np.float32) < p)[word].reshape(shape)
+            return maskable & (rng.random(len(first), dtype=np.float32) < p)[word].reshape(shape), None
         # span: starts at words with a rate that covers ~p of the words (Poisson approximation), lengths
-        # as SpanBERT draws them (:meth:`span_lengths`), cut at the end of the sequence
+        # as SpanBERT draws them (:meth:`span_lengths`), cut at the end of the sequence; where spans
+        # overlap, a word belongs to the last that starts at or before it
         lengths, weights = self.span_lengths()
         rate = -math.log1p(-min(p, 1 - 1e-9)) / float(lengths @ weights)
         start = np.flatnonzero(rng.random(len(first), dtype=np.float32) < rate)
@@ -249,7 +257,9 @@ class MLMLoader:
         last_word_of_row = word.reshape(shape)[:, -1]
         end = np.minimum(start + lengths, last_word_of_row[first[start] // shape[1]] + 1)
         edges = np.bincount(start, minlength=len(first) + 1) - np.bincount(end, minlength=len(first) + 1)
-        return maskable & (np.cumsum(edges[:-1]) > 0)[word].reshape(shape)
+        covered = np.cumsum(edges[:-1]) > 0
+        span = np.where(covered, np.searchsorted(start, np.arange(len(first)), side="right") - 1, -1)
+        return maskable & covered[word].reshape(shape), span[word].reshape(shape)
 
     def span_lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """Span lengths in words, 1 to ``max_span``, and their probabilities: Geometric(``span_p``)
@@ -262,9 +272,12 @@ class MLMLoader:
     def mask(self, ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(inputs, labels) for a [B, S] int64 array of ids: dynamic masking as the module docstring says."""
         maskable = ~self.special[ids]
-        chosen = self._chosen(ids, maskable, rng)
+        chosen, span = self._chosen(ids, maskable, rng)
         labels = np.where(chosen, ids, IGNORE)
         u = rng.random(ids.shape, dtype=np.float32)
+        if span is not None:  # one draw per span: all of it <mask>, random tokens, or left as it was
+            per_span = rng.random(int(span.max()) + 2, dtype=np.float32)
+            u = np.where(span >= 0, per_span[span], u)
         to_mask = chosen & (u < self.cfg.mask_replace)
         to_random = chosen & ~to_mask & (u < self.cfg.mask_replace + self.cfg.random_replace)
         inputs = ids.copy()

@@ -100,6 +100,54 @@ def test_whole_word_and_span_masking(shards: TokenShards, sample_tokenizer: Path
         assert np.mean(runs) > 4
 
 
+def test_unspaced_scripts_mask_a_piece_as_a_word(shards: TokenShards, sample_tokenizer: Path) -> None:
+    """In Chinese a whitespace word is a phrase or a line: whole-word masking took it whole (a row
+    masked a sentence at once, or nothing); each Han piece is now a word of its own. Span masking
+    replaces a span all alike (SpanBERT): all <mask>, all random, or all kept."""
+    from pretrain.tokenizer import unspaced
+
+    tok = Tokenizer.load(sample_tokenizer)
+    assert unspaced("▁中国") and unspaced("ภาษา") and not unspaced("▁word") and not unspaced("▁")
+    pieces = [tok.sp.id_to_piece(i) for i in range(tok.vocab_size)]
+    assert all(tok.word_start[i] for i, piece in enumerate(pieces) if unspaced(piece))
+    for masking in ("whole_word", "span"):
+        cfg = LoaderConfig(seq_len=256, batch_size=32, masking=masking, seed=3, languages=["zh"])
+        plain = batches(MLMLoader(shards, dataclasses.replace(cfg, mask_prob=0.0)), 4)
+        masked = batches(MLMLoader(shards, cfg), 4)
+        shares, runs, mixed = [], 0, 0
+        for p, m in zip(plain, masked):
+            ids, inputs, hit = p["input_ids"].numpy(), m["input_ids"].numpy(), m["labels"].numpy() != IGNORE
+            shares += list(hit.sum(1) / (~np.isin(ids, tok.special_ids)).sum(1))
+            for row_hit, row_in, row_ids in zip(hit, inputs, ids):
+                edges = np.diff(np.concatenate([[0], row_hit.astype(int), [0]]))
+                for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+                    kinds = {"mask" if t == tok.mask_id else "kept" if t == o else "random"
+                             for t, o in zip(row_in[a:b], row_ids[a:b])}
+                    runs, mixed = runs + (b - a > 1), mixed + (b - a > 1 and len(kinds) > 1)
+        assert 0.12 < np.mean(shares) < 0.18 and min(shares) > 0.03 and np.std(shares) < 0.06, (masking, np.std(shares))
+        if masking == "span":  # mixed runs only where two spans meet
+            assert runs > 100 and mixed / runs < 0.15, (mixed, runs)
+
+
+def test_a_document_ending_one_short_of_a_row_gets_one_closing_eos() -> None:
+    """A document filling all but a row's last slot, or the last of a stream, was followed by a
+    separator </s> and the row's closing </s>; now by the closing one only."""
+    from pretrain.loader import _Stream
+    from pretrain.shards import DocList
+
+    docs = DocList([(np.arange(10, 18, dtype=np.int32), np.array([0, 5, 8]))])  # documents of 5 and 3 tokens
+    stream, out = _Stream(docs, np.arange(2), 0, "xx", cycle=False), np.full(6, 1, np.int64)
+    assert stream.fill(out, True) == 5 and out.tolist() == [10, 11, 12, 13, 14, 1]
+    out[:] = 1
+    assert stream.fill(out, True) == 3 and out.tolist() == [15, 16, 17, 1, 1, 1]
+    cycling = _Stream(docs, np.arange(2), 0, "xx", cycle=True)
+    rows = []
+    for _ in range(8):
+        out[:] = 1
+        rows.append(out[:cycling.fill(out, True)].tolist())
+    assert all(row[-1] != 2 and row[0] != 2 for row in rows)  # a separator only between two documents
+
+
 def test_ranks_see_disjoint_documents(shards: TokenShards) -> None:
     docs = shards.docs("tr", "train")
     seq_len = int(docs.lengths.max()) + 2  # one whole document per sequence
