@@ -53,7 +53,7 @@ def rng_state() -> dict[str, Any]:
     """This process's Python, numpy and torch (CPU and CUDA) random states."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()  # this rank's device: the only one it draws on
     return state
 
 
@@ -61,8 +61,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda") if torch.cuda.is_available() else None
+    if isinstance(cuda, list):  # a checkpoint of before: every device's state, this rank's at its device's index
+        device = torch.cuda.current_device()
+        cuda = cuda[device] if device < len(cuda) else None
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
 
 
 def fault_point(point: str, step: int) -> None:
@@ -131,8 +135,9 @@ class CheckpointManager:
 
         tag = tag_for(step)
         tag_dir = self.directory / tag
-        if self.rank == 0 and tag_dir.exists():
-            shutil.rmtree(tag_dir)  # left by an interrupted save or a run resumed from an older tag
+        for stale in (tag_dir, self.directory / f"{tag}{UNIVERSAL_SUFFIX}") if self.rank == 0 else ():
+            if stale.exists():  # left by an interrupted save or a run resumed from an older tag (and the
+                shutil.rmtree(stale)  # conversion of the step it replaces, which a universal resume would load)
         dist.barrier()
         from deepspeed.checkpoint.constants import (UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY,
                                                     UNIVERSAL_CHECKPOINT_VERSION_VALUE)
@@ -172,6 +177,9 @@ class CheckpointManager:
             older_than_latest = latest_step is not None and step < latest_step
             if path.name not in kept and (path in complete or older_than_latest):
                 shutil.rmtree(path)
+        for path in self.directory.glob(f"*{UNIVERSAL_SUFFIX}"):  # a conversion goes with its checkpoint
+            if not (self.directory / path.name.removesuffix(UNIVERSAL_SUFFIX)).is_dir():
+                shutil.rmtree(path)
 
     def resolve(self, tag: str | None, flag: str = "--resume") -> str:
         """The tag to resume from: ``tag``, or the one ``latest`` names; UserError when it is missing or
@@ -208,7 +216,7 @@ class CheckpointManager:
                 raise UserError(f"--resume: checkpoint {tag_dir} was written for {what} ({key} differs: "
                                 f"{_diff(meta[key], expected[key])}); start a new run dir or resume the matching config")
         saved, now = meta.get("run_config"), json.loads(json.dumps(expected["run_config"]))  # as meta.json has it
-        for key in RESUME_FIXED if saved is not None else ():
+        for key in (RESUME_FIXED if not universal else UNIVERSAL_FIXED) if saved is not None else ():
             if saved.get(key) != now.get(key):
                 raise UserError(f"--resume: checkpoint {tag_dir} was written with another {key} "
                                 f"({_diff(saved.get(key), now.get(key))}): the checkpoint carries it (optimizer state "
@@ -218,6 +226,11 @@ class CheckpointManager:
             raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
                             f"{self.world_size}: exact resume needs the same count; add --universal to continue "
                             f"through a DeepSpeed universal checkpoint (data order not exact)")
+        if universal and meta.get("global_batch", expected["global_batch"]) != expected["global_batch"]:
+            raise UserError(f"--resume --universal: checkpoint {tag_dir} was trained with a global batch of "
+                            f"{meta['global_batch']} sequences, this run's is {expected['global_batch']} on "
+                            f"{self.world_size} ranks; set global_batch_size: {meta['global_batch']} (grad_accum "
+                            f"then follows the rank count), or start a new run dir")
         load_tag = tag
         if universal:
             load_tag = f"{tag}{UNIVERSAL_SUFFIX}"
@@ -257,6 +270,10 @@ RESUME_FIXED = ("seed", "precision", "global_batch_size", "grad_accum", "loader"
 state (a new learning rate was silently the old one), and the loader's position, the RNGs and the
 batch continue the checkpoint's. ``steps``, ``schedule`` (computed from the config each step),
 ``intervals`` and the like may change."""
+UNIVERSAL_FIXED = tuple(key for key in RESUME_FIXED if key not in ("global_batch_size", "grad_accum"))
+"""On another rank count (``--universal``) the global batch must stay, however the config gives it
+(``global_batch_size``, or ``grad_accum``, which must then change with the rank count):
+:meth:`CheckpointManager.load` compares meta.json's ``global_batch`` instead."""
 
 
 def _diff(saved: Any, current: Any) -> str:

@@ -167,8 +167,8 @@ def use_bf16(precision: str) -> bool:
     """bf16 when asked, or for auto when a CUDA GPU supports it; fp32 otherwise (CPU)."""
     import torch
 
-    if precision == "auto":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if precision == "auto":  # not bf16 emulated in fp32 (V100, T4), which torch calls supported by default
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     return precision == "bf16"
 
 
@@ -308,7 +308,7 @@ class Trainer:
         self.accum = self.ds_config["gradient_accumulation_steps"]
         self.meta = {"model_config": self.model_cfg.to_dict(), "tokenizer_fingerprint": tokenizer.fingerprint,
                      "tokenizer_dir": str(Path(cfg.tokenizer).resolve()), "world_size": self.world_size,
-                     "run_config": dataclasses.asdict(cfg)}
+                     "global_batch": self.ds_config["train_batch_size"], "run_config": dataclasses.asdict(cfg)}
         self.flops_per_token = flops_per_token(self.model_cfg, cfg.loader.seq_len, cfg.loader.batch_size,
                                                cfg.loader.mask_prob)
         self.device_peak = cfg.peak_flops or _default_peak()
@@ -493,12 +493,29 @@ def add_arguments(parser: KeysHelpParser) -> None:
     parser.epilog = lambda: "config keys (YAML, or --set KEY=VALUE):\n" + "\n".join(describe(RunConfig, "", CHOICES))
 
 
+MPI_WORLD_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+"""What Open MPI, MPICH and Intel MPI, MVAPICH and srun set to the number of processes they start
+(DeepSpeed's ``--launcher openmpi|mpich|impi|mvapich|slurm``, or mpirun and srun themselves), none of
+them setting RANK: DeepSpeed finds the ranks through mpi4py there."""
+
+
 def _single_process_env() -> None:
-    """Plain `python -m pretrain train`: a world of one, like the launchers would describe it."""
-    if "RANK" not in os.environ:
-        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    """Plain `python -m pretrain train`: a world of one, like the launchers would describe it. Not
+    under an MPI launcher or srun of several processes, whose ranks DeepSpeed finds itself."""
+    if "RANK" in os.environ:
+        return
+    launched = [f"{var}={os.environ[var]}" for var in MPI_WORLD_SIZE if os.environ.get(var, "1").strip() not in ("", "1")]
+    if launched:
+        import importlib.util
+
+        if importlib.util.find_spec("mpi4py") is None:
+            raise UserError(f"{launched[0]}: started by an MPI launcher or srun, which set no RANK; DeepSpeed reads "
+                            "the ranks from MPI through mpi4py, which is not installed (pip install mpi4py), or start "
+                            "with deepspeed's ssh launcher (workflows/train_multinode.sh) or torchrun")
+        return
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
 
 
 def _no_shared_memory_op_for_one_rank() -> None:

@@ -62,8 +62,6 @@ def launch_env(ssh: tuple[int, Path], run: Path, fault: str | None, **extra: str
     env.update(DEEPSPEED=str(Path(sys.executable).with_name("deepspeed")), DS_ENV_FILE=str(env_file),
                MASTER_ADDR="127.0.0.1", SSH_PORT=str(port), NO_SSH_CHECK="1", OMP_NUM_THREADS="1",
                PDSH_SSH_ARGS_APPEND=f"-i {key} {SSH_OPTIONS}", **extra)
-    if fault:  # for the ranks a launcher starts on its own node (--no_ssh)
-        env["PRETRAIN_FAULT"] = fault
     return env
 
 

@@ -397,3 +397,72 @@ def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path: Path) -> None:
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     MetricsLogger(tmp_path / "other", enabled=False, tensorboard=True, progress=True, total=3, initial=0).log(1, {})
     assert not (tmp_path / "other").exists()
+
+
+def test_launchers_and_gpus_the_trainer_cannot_see_here(monkeypatch, tmp_path):
+    """What a GPU cluster brings, emulated on CPU: an MPI launcher or srun sets no RANK (every process
+    trained alone as rank 0); a V100's bf16 is emulated (`precision: auto` took it); each rank's CUDA
+    random state is its device's (all devices' were saved and restored by index); a universal
+    conversion outlived the checkpoint it came from (a rewritten step-N resumed the old one); a
+    universal resume kept grad_accum and so changed the global batch with the rank count."""
+    import deepspeed.comm as dist
+
+    from pretrain import checkpoint, trainer
+
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", *trainer.MPI_WORLD_SIZE):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="OMPI_COMM_WORLD_SIZE=2: started by an MPI launcher or srun, which set no RANK"):
+        trainer._single_process_env()
+    assert "RANK" not in os.environ
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")  # one process: a world of one, as without a launcher
+    trainer._single_process_env()
+    assert os.environ["RANK"] == "0" and os.environ["WORLD_SIZE"] == "1"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert not trainer.use_bf16("auto") and trainer.use_bf16("bf16")
+
+    restored = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: "device 1's state")
+    monkeypatch.setattr(torch.cuda, "set_rng_state", restored.append)
+    state = checkpoint.rng_state()
+    assert state["cuda"] == "device 1's state"
+    checkpoint.set_rng_state(state)
+    checkpoint.set_rng_state({**state, "cuda": ["device 0's", "device 1's"]})  # as checkpoints before kept it
+    checkpoint.set_rng_state({**state, "cuda": ["device 0's"]})  # another layout of GPUs: nothing to restore
+    assert restored == ["device 1's state", "device 1's"]
+
+    class Engine:
+        def __init__(self, weights: str = "") -> None:
+            self.weights, self.loaded = weights, None
+
+        def save_checkpoint(self, directory: str, tag: str, client_state: dict, save_latest: bool) -> None:
+            (Path(directory) / tag).mkdir(parents=True, exist_ok=True)
+            (Path(directory) / tag / "mp_rank_00_model_states.pt").write_text(self.weights)
+
+        def load_checkpoint(self, directory: str, tag: str) -> tuple[str, dict]:
+            self.loaded = (Path(directory) / tag / "mp_rank_00_model_states.pt").read_text()
+            return str(Path(directory) / tag), {}
+
+    def convert(tag_dir: Path, out: Path) -> None:
+        out.mkdir()
+        (out / "mp_rank_00_model_states.pt").write_text((tag_dir / "mp_rank_00_model_states.pt").read_text())
+
+    monkeypatch.setattr(dist, "barrier", lambda *args, **kwargs: None)
+    monkeypatch.setattr(checkpoint, "convert_to_universal", convert)
+    monkeypatch.setattr(checkpoint, "missing_files", lambda tag_dir, world_size: [])
+    meta = {"step": 4, "world_size": 2, "model_config": {}, "tokenizer_dir": "t", "tokenizer_fingerprint": "f",
+            "run_config": {}, "global_batch": 8}
+    manager = checkpoint.CheckpointManager(tmp_path, keep=1, rank=0, world_size=1)
+    manager.save(Engine("first step-4"), 4, meta, {})
+    manager.load(engine := Engine(), "step-4", meta, universal=True)
+    assert engine.loaded == "first step-4" and (tmp_path / "step-4-universal").is_dir()
+    manager.save(Engine("step-4 trained again"), 4, meta, {})  # resumed from an earlier step, then past 4 again
+    manager.load(engine := Engine(), "step-4", meta, universal=True)
+    assert engine.loaded == "step-4 trained again"
+    manager.save(Engine("step-8"), 8, {**meta, "step": 8}, {})  # keep=1: step-4 and its conversion go
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LATEST, "step-8"]
+    with pytest.raises(UserError, match="trained with a global batch of 8 sequences, this run's is 16 on 1 ranks"):
+        manager.load(Engine(), "step-8", {**meta, "global_batch": 16}, universal=True)  # grad_accum kept, ranks not

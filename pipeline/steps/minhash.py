@@ -39,8 +39,8 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    removed ones are counted (``near_duplicate``) and, with ``write.removed``, written to
    ``removed/near_dedup/`` with ``duplicate_of``.
 
-Document ids (WARC-Record-ID) are the graph's nodes; they are unique in a crawl (documents
-sharing one are kept or removed together). The result depends only on the documents and the config, not on bundling or workers.
+Document ids (WARC-Record-ID) are the graph's nodes; they are unique in a crawl (two documents
+sharing one would be one node: the join that applies the verdicts stops the run there). The result depends only on the documents and the config, not on bundling or workers.
 """
 from __future__ import annotations
 
