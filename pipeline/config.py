@@ -14,7 +14,7 @@ from typing import Any
 from .output.layout import FORMATS, SCHEMAS
 from .report.sampling import UNITS, check_rehydration
 from .steps import closest, registry, resolve
-from .steps.base import Step
+from .steps.base import Step, graph_label
 from .steps.perplexity import BUCKETS
 from .util.configfile import Source, build_dataclass, check_choices_and_ranges, describe, merged_config_data, source_of
 from .util.errors import UserError
@@ -113,6 +113,8 @@ RUN_NAMES = frozenset({*TOP_LEVEL, "io", "near_dedup_cluster_sizes", "files", "d
 the steps' (the store's ``io``, near-dup's cluster sizes) and its graph labels (a step's label is its
 name in CamelCase: a step ``write`` would share the writer's section and counters, ``io`` hide its
 counts in run.json, ``as_tables`` clash with the graph's own transform)."""
+RUN_LABELS = frozenset(map(graph_label, RUN_NAMES))
+"""The graph labels of :data:`RUN_NAMES`, which a step's name may not have either (``AS_TABLES``)."""
 CHOICES = {
     "read.format": ("auto", "wet", "warc"),
     "write.format": tuple(FORMATS),
@@ -153,14 +155,16 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
     ``lang`` set for the writer (the shards are per language)."""
     where = source_of(source, "steps")
     provided: set[str] = set()
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # graph label: step name
     for i, cls in enumerate(classes):
-        if cls.name in seen:
-            raise UserError(f"{where}: steps: {cls.name!r} is named twice")
-        if cls.name in RUN_NAMES:
+        label = graph_label(cls.name)
+        if label in seen:
+            twin = f" ({seen[label]!r} has its graph label, {label!r})" if seen[label] != cls.name else ""
+            raise UserError(f"{where}: steps: {cls.name!r} is named twice{twin}")
+        if label in RUN_LABELS:
             raise UserError(f"{where}: steps: step {cls.name!r} ({cls.__module__}.{cls.__name__}) has a name of the "
                             "run's own (a config section, counter group or part of the graph); give it a name of its own")
-        seen.add(cls.name)
+        seen[label] = cls.name
         if cls.reads_files and i:
             raise UserError(f"{where}: steps: {cls.name!r} works on the input files and must come first")
         missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]

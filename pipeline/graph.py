@@ -21,7 +21,7 @@ from apache_beam.transforms import userstate
 from .config import CorpusConfig
 from .output.layout import REJECTED, removed_folder
 from .report.stats import write_artifacts
-from .steps.base import Rejected, RunInfo, Step
+from .steps.base import Rejected, RunInfo, Step, graph_label
 from .steps.perplexity import PerplexityScorer
 from .transforms.apply import REMOVED, ApplyStep
 from .transforms.counting import MAIN, Counted, total_counts
@@ -120,7 +120,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))
     docs, removed = read[MAIN], {first.name: read[REMOVED]} if first else {}
     for step in steps[1:] if first else steps:
-        label = "".join(part.title() for part in step.name.split("_"))
+        label = graph_label(step.name)
         if step.transform:
             result = docs | label >> composite(step, run)
         elif cfg.write.removed:

@@ -226,11 +226,12 @@ class CheckpointManager:
             raise UserError(f"--resume: checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run has "
                             f"{self.world_size}: exact resume needs the same count; add --universal to continue "
                             f"through a DeepSpeed universal checkpoint (data order not exact)")
-        if universal and meta.get("global_batch", expected["global_batch"]) != expected["global_batch"]:
+        trained = global_batch(meta) if universal else None
+        if universal and trained is not None and trained != expected["global_batch"]:
             raise UserError(f"--resume --universal: checkpoint {tag_dir} was trained with a global batch of "
-                            f"{meta['global_batch']} sequences, this run's is {expected['global_batch']} on "
-                            f"{self.world_size} ranks; set global_batch_size: {meta['global_batch']} (grad_accum "
-                            f"then follows the rank count), or start a new run dir")
+                            f"{trained} sequences, this run's is {expected['global_batch']} on {self.world_size} "
+                            f"ranks; set global_batch_size: {trained} (grad_accum then follows the rank count), or "
+                            "start a new run dir")
         load_tag = tag
         if universal:
             load_tag = f"{tag}{UNIVERSAL_SUFFIX}"
@@ -274,6 +275,18 @@ UNIVERSAL_FIXED = tuple(key for key in RESUME_FIXED if key not in ("global_batch
 """On another rank count (``--universal``) the global batch must stay, however the config gives it
 (``global_batch_size``, or ``grad_accum``, which must then change with the rank count):
 :meth:`CheckpointManager.load` compares meta.json's ``global_batch`` instead."""
+
+
+def global_batch(meta: dict[str, Any]) -> int | None:
+    """Sequences per optimizer step of the run that wrote ``meta``: its ``global_batch``, or for a
+    checkpoint of before it was recorded, from its run config and world size (None without one)."""
+    if "global_batch" in meta:
+        return int(meta["global_batch"])
+    saved = meta.get("run_config")
+    if saved is None:
+        return None
+    accum = saved.get("grad_accum") or 1
+    return saved.get("global_batch_size") or saved["loader"]["batch_size"] * accum * meta["world_size"]
 
 
 def _diff(saved: Any, current: Any) -> str:

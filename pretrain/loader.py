@@ -130,25 +130,22 @@ class _Stream:
         """Write the stream's next tokens into ``out``; returns how many (fewer only at the end of a
         non-cycling stream, or at a document's end when not crossing documents)."""
         filled, n = 0, len(out)
-        while filled < n:
-            doc = self._current()
-            if doc is None:
-                break
-            length = len(doc)
-            if self.offset < length:
-                k = min(length - self.offset, n - filled)
+        doc = self._current()
+        while doc is not None and filled < n:
+            if self.offset < len(doc):
+                k = min(len(doc) - self.offset, n - filled)
                 out[filled:filled + k] = doc[self.offset:self.offset + k]
                 filled += k
                 self.offset += k
                 if not cross_document:
                     break
-            else:
-                self._advance()
-                if filled == n - 1 or self._current() is None:
-                    break  # the sequence's closing </s> ends the document: no separator before it
-                out[filled] = EOS_ID
-                filled += 1
-        doc = self._current() if self.pos < len(self.indices) else None
+                continue
+            self._advance()
+            doc = None if filled == n - 1 else self._current()
+            if doc is None:
+                break  # the sequence's closing </s> ends the document (or the stream): no separator before it
+            out[filled] = EOS_ID
+            filled += 1
         if doc is not None and self.offset >= len(doc):
             self._advance()  # the sequence's closing </s> ends this document too
         return filled

@@ -494,9 +494,15 @@ def add_arguments(parser: KeysHelpParser) -> None:
 
 
 MPI_WORLD_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
-"""What Open MPI, MPICH and Intel MPI, MVAPICH and srun set to the number of processes they start
-(DeepSpeed's ``--launcher openmpi|mpich|impi|mvapich|slurm``, or mpirun and srun themselves), none of
-them setting RANK: DeepSpeed finds the ranks through mpi4py there."""
+"""What Open MPI, MPICH, MVAPICH and srun set to the number of processes they start (DeepSpeed's
+``--launcher openmpi|mvapich|slurm``, or mpirun and srun themselves), which set no RANK: DeepSpeed
+reads the ranks from MPI there, through mpi4py (on Azure ML and SageMaker from Open MPI's variables)."""
+
+
+def _mpi_launch() -> str | None:
+    """``VAR=n`` of the MPI launcher or srun that started this process among others, or None."""
+    return next((f"{var}={os.environ[var]}" for var in MPI_WORLD_SIZE
+                 if os.environ.get(var, "1").strip() not in ("", "1")), None)
 
 
 def _single_process_env() -> None:
@@ -504,18 +510,19 @@ def _single_process_env() -> None:
     under an MPI launcher or srun of several processes, whose ranks DeepSpeed finds itself."""
     if "RANK" in os.environ:
         return
-    launched = [f"{var}={os.environ[var]}" for var in MPI_WORLD_SIZE if os.environ.get(var, "1").strip() not in ("", "1")]
-    if launched:
-        import importlib.util
-
-        if importlib.util.find_spec("mpi4py") is None:
-            raise UserError(f"{launched[0]}: started by an MPI launcher or srun, which set no RANK; DeepSpeed reads "
-                            "the ranks from MPI through mpi4py, which is not installed (pip install mpi4py), or start "
-                            "with deepspeed's ssh launcher (workflows/train_multinode.sh) or torchrun")
+    launched = _mpi_launch()
+    if launched is None:
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
         return
-    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    import importlib.util
+
+    platform = any(var in os.environ for var in ("AZUREML_EXPERIMENT_ID", "SM_TRAINING_ENV"))
+    if not platform and importlib.util.find_spec("mpi4py") is None:
+        raise UserError(f"{launched}: started by an MPI launcher or srun, which set no RANK; DeepSpeed reads the "
+                        "ranks from MPI through mpi4py, which is not installed (pip install mpi4py), or start with "
+                        "deepspeed's ssh launcher (workflows/train_multinode.sh) or torchrun")
 
 
 def _no_shared_memory_op_for_one_rank() -> None:
@@ -526,7 +533,7 @@ def _no_shared_memory_op_for_one_rank() -> None:
     GPU DeepSpeed has no such op."""
     from deepspeed.accelerator import get_accelerator
 
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and get_accelerator().device_name() == "cpu":
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and _mpi_launch() is None and get_accelerator().device_name() == "cpu":
         import deepspeed.ops
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 

@@ -323,23 +323,30 @@ class Unnamed(Step):
 def test_the_runs_own_names_cover_its_graph_and_counters():
     """``RUN_NAMES`` (no plugin step may take one) holds every top-level label of the graph that is
     not a step's, in a step's snake_case, and the counter groups that are not a step's."""
-    import re
-
     import apache_beam as beam
 
-    from pipeline.config import RUN_NAMES, load_config
+    import re
+
+    from pipeline.config import RUN_LABELS, RUN_NAMES, _check_steps, load_config
     from pipeline.graph import build_pipeline, build_steps
     from pipeline.report.stats import IO_STEP
+    from pipeline.steps.base import Step, graph_label
+    from pipeline.steps.lid import LanguageIdentifier
     from pipeline.steps.near_dedup import CLUSTER_SIZES
+    from pipeline.util.errors import UserError
 
     wet = str(sorted((ROOT / "tests/data/sample/wet").glob("*.warc.wet.gz"))[0])
     cfg = load_config(None, {"input": [wet], "output": "unused"}, ["steps=[dedup, lid, near_dedup]"])
     p = beam.Pipeline()
     build_pipeline(p, cfg, [wet], build_steps(cfg, 1))
-    labels = {re.sub(r"(?<!^)(?=[A-Z])", "_", part.full_label).lower() for part in p.transforms_stack[0].parts
-              if "/" not in part.full_label}
-    assert labels - set(cfg.steps) <= RUN_NAMES and {"files", "as_tables", "write_stats"} <= labels
+    labels = {part.full_label for part in p.transforms_stack[0].parts if "/" not in part.full_label}
+    assert labels - {graph_label(name) for name in cfg.steps} <= RUN_LABELS and {"Files", "AsTables"} <= labels
     assert {IO_STEP, CLUSTER_SIZES} <= RUN_NAMES
+    for name, message in (("AS_TABLES", "has a name of the run's own"),  # Beam: a duplicate label, a traceback
+                          ("LID", "'LID' is named twice ('lid' has its graph label, 'Lid')")):
+        plugin = type("Plugin", (Step,), {"name": name, "Config": LanguageIdentifier.Config})
+        with pytest.raises(UserError, match=re.escape(message)):
+            _check_steps([LanguageIdentifier, plugin], {"lid": LanguageIdentifier.Config(), name: LanguageIdentifier.Config()}, "x")
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -409,12 +409,18 @@ def test_launchers_and_gpus_the_trainer_cannot_see_here(monkeypatch, tmp_path):
 
     from pretrain import checkpoint, trainer
 
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", *trainer.MPI_WORLD_SIZE):
-        monkeypatch.delenv(var, raising=False)
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "AZUREML_EXPERIMENT_ID", "SM_TRAINING_ENV", *trainer.MPI_WORLD_SIZE):
+        monkeypatch.setenv(var, "")  # (recorded, so that the test's end puts back what was there)
+        monkeypatch.delenv(var)
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
     with pytest.raises(UserError, match="OMPI_COMM_WORLD_SIZE=2: started by an MPI launcher or srun, which set no RANK"):
         trainer._single_process_env()
     assert "RANK" not in os.environ
+    monkeypatch.setenv("SM_TRAINING_ENV", "{}")  # SageMaker: DeepSpeed reads Open MPI's variables, no mpi4py needed
+    trainer._single_process_env()
+    assert "RANK" not in os.environ
+    monkeypatch.delenv("SM_TRAINING_ENV")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")  # one process: a world of one, as without a launcher
     trainer._single_process_env()
     assert os.environ["RANK"] == "0" and os.environ["WORLD_SIZE"] == "1"
@@ -466,3 +472,8 @@ def test_launchers_and_gpus_the_trainer_cannot_see_here(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [LATEST, "step-8"]
     with pytest.raises(UserError, match="trained with a global batch of 8 sequences, this run's is 16 on 1 ranks"):
         manager.load(Engine(), "step-8", {**meta, "global_batch": 16}, universal=True)  # grad_accum kept, ranks not
+    before = {**meta, "step": 12, "run_config": {"global_batch_size": None, "grad_accum": 2, "loader": {"batch_size": 4}}}
+    del before["global_batch"]  # a checkpoint of before meta.json recorded it: 4 x 2 x 2 ranks
+    manager.save(Engine(), 12, before, {})
+    with pytest.raises(UserError, match="trained with a global batch of 16 sequences, this run's is 32"):
+        manager.load(Engine(), "step-12", {**before, "global_batch": 32}, universal=True)

@@ -61,13 +61,18 @@ fi
 if [[ -n "${NODE_RANK:-}" ]]; then
   [[ -n "${MASTER_ADDR:-}" ]] || { echo "error: NODE_RANK needs MASTER_ADDR (the first host's address)" >&2; exit 2; }
   LAUNCH+=(--no_ssh --node_rank "$NODE_RANK")
-  # the env file, where and as the launcher reads it (~ then the repository; KEY=VALUE lines, taken as they are)
+  # the env file, where and as the launcher reads it (~ then the repository; KEY=VALUE lines, key and
+  # value stripped of surrounding white space, a CR included)
   name=${DS_ENV_FILE:-.deepspeed_env}
   for dir in "$HOME" .; do
     file=$([[ $name == /* ]] && echo "$name" || echo "$dir/$name")
     [[ -f $file ]] || continue
     while IFS= read -r line || [[ -n $line ]]; do
-      if [[ $line == *=* ]]; then export "${line%%=*}=${line#*=}"; fi
+      [[ $line == *=* ]] || continue
+      key=${line%%=*} value=${line#*=}
+      key=${key#"${key%%[![:space:]]*}"} key=${key%"${key##*[![:space:]]}"}
+      value=${value#"${value%%[![:space:]]*}"} value=${value%"${value##*[![:space:]]}"}
+      export "$key=$value"
     done < "$file"
   done
 fi

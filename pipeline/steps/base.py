@@ -174,3 +174,8 @@ class Step:
         """The counts since the last call (the runner sends them to stats.json)."""
         counts, self._counts = self._counts, Counter()
         return counts
+
+
+def graph_label(name: str) -> str:
+    """A step's label in the Beam graph: its name in CamelCase (``near_dedup``: ``NearDedup``)."""
+    return "".join(part.title() for part in name.split("_"))
