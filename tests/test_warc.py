@@ -322,6 +322,45 @@ def test_chunked_and_compressed_http_bodies_give_the_same_text(sample):
     assert [r.reason for r in results if isinstance(r, Note)] == ["http_chunking_broken"]
 
 
+def html_response(body: bytes, content_type: str = "text/html") -> bytes:
+    """A WARC response record of an HTTP 200 page."""
+    block = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n\r\n".encode() + body
+    return gz(warc_record(block, rtype="response", content_type="application/http; msgtype=response"))
+
+
+PAGE = "<html><head>{meta}<title>T</title></head><body><p>{text}</p></body></html>"
+
+
+@pytest.mark.parametrize("label, real, text", [
+    ("iso-8859-1", "cp1252", "It’s “quoted” – 5 €"),  # the label browsers read as windows-1252
+    ("gb2312", "gbk", "朱镕基 體育 新闻"),  # one GBK character: the whole page was mojibake
+    ("shift_jis", "cp932", "株式会社の①番目"),  # ① (Windows-31J) was dropped
+    ("euc-kr", "cp949", "안녕하세요 똠양꿍"),
+    ("big5", "cp950", "繁體中文 €"),
+    ("iso-8859-1", "utf-8", "Café déjà vu, Noël"),  # mislabelled UTF-8 (datatrove reads UTF-8 first)
+    ("utf-8", "utf-8-sig", "Café déjà vu"),  # a byte-order mark
+    ("iso-8859-1", "utf-8-sig", "Café déjà vu"),  # a byte-order mark wins over the label
+    ("utf-8", "utf-16", "Café déjà vu"),  # UTF-16 with its mark, labelled utf-8: the markup itself was the text
+    (None, "euc-kr", "안녕하세요 반갑습니다"),  # <meta charset> only (uchardet took it for UTF-8)
+    (None, "iso-8859-2", "Árvíztűrő tükörfúrógép"),
+])
+def test_pages_are_decoded_as_a_browser_decodes_them(label, real, text):
+    """A page's bytes as WHATWG's encoding sniffing reads them: byte-order mark, HTTP charset (its
+    label mapped as browsers map it, decoded by the superset browsers use), <meta charset>, detection."""
+    meta = f'<meta charset="{real}">' if label is None else ""
+    content_type = "text/html" if label is None else f"text/html; charset={label}"
+    [doc] = docs_of(read(html_response(PAGE.format(meta=meta, text=text).encode(real), content_type), "warc", "x.warc.gz"))
+    assert doc["text"] == text and doc["title"] == "T"
+
+
+def test_a_stray_byte_costs_one_character_not_the_page():
+    """A UTF-8 page with one byte that is not UTF-8 (a string cut mid-character) was decoded again
+    as windows-1252 whole (``dÃ©jÃ``); now that byte alone is replaced, as a browser shows it."""
+    body = PAGE.format(meta="", text="Très bien, déjà vu. X").encode().replace(b"X", b"\xe9")
+    [doc] = docs_of(read(html_response(body, "text/html; charset=utf-8"), "warc", "x.warc.gz"))
+    assert doc["text"] == "Très bien, déjà vu. \ufffd"
+
+
 def test_a_page_the_http_layer_cannot_decode_ends_that_record_only(sample, monkeypatch):
     """An unknown charset is detected instead, and counted; a Brotli body is decompressed (warcio's
     own Brotli reader fails on brotli >= 1.1), a broken one kept as it is and counted; a parser that

@@ -475,7 +475,6 @@ def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
     (``Content-Encoding`` gzip, deflate, and br when brotli is installed) first, by warcio's readers
     as warcio's own ArchiveIterator does; a body whose chunking is broken is taken as it is, noted."""
     from resiliparse.extract.html2text import extract_plain_text
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
     from resiliparse.parse.html import HTMLTree
 
     head, sep, body = block.partition(b"\r\n\r\n")
@@ -494,12 +493,55 @@ def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
         return Drop("skipped_non_html")
     body, notes = _http_body(body, headers)
     charset = content_type.partition("charset=")[2].split(";")[0].strip().strip('"\'') or None
-    if charset is not None and not _known_charset(charset):
+    if charset is not None and _web_encoding(charset) is None:
         notes.append(Note("http_charset_unknown"))
         charset = None
-    tree = HTMLTree.parse(bytes_to_str(body, charset or detect_encoding(body)))
+    tree = HTMLTree.parse(_decode(body, charset))
     text = extract_plain_text(tree, main_content=False, alt_texts=False, preserve_formatting=True)
     return tree.title, text, notes
+
+
+BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+SUPERSETS = {"gbk": "gb18030", "gb2312": "gb18030", "shift_jis": "cp932", "euc_kr": "cp949", "big5": "cp950",
+             "iso8859-11": "cp874"}
+"""Python's codec for what browsers decode under a WHATWG encoding name where Python's own codec of
+that name is narrower (a page labelled gb2312 with one GBK character, shift_jis with ①)."""
+
+
+ONE_BYTE = frozenset({"cp1252", "iso8859-2", "iso8859-15", "cp1250", "cp1251", "cp1253", "cp1254", "cp1257",
+                      "koi8-r", "koi8-u", "iso8859-5", "iso8859-7", "iso8859-9", "cp874"})
+"""Python's names of the one-byte encodings a mislabelled UTF-8 page most often carries."""
+
+
+def _decode(body: bytes, charset: str | None) -> str:
+    """An HTML page's text as a browser decodes it (WHATWG's order): a byte-order mark, else the HTTP
+    charset, else the page's ``<meta charset>``, else detection (uchardet); labels mapped as WHATWG
+    maps them (iso-8859-1 is windows-1252); bytes the encoding does not map replaced, not the whole
+    page decoded again as windows-1252. One exception, as datatrove decodes every page: a page labelled
+    with a one-byte encoding whose bytes are valid UTF-8 (and not all ASCII) is UTF-8."""
+    from resiliparse.parse.encoding import detect_encoding
+
+    for bom, encoding in BOMS:
+        if body.startswith(bom):
+            return body[len(bom):].decode(encoding, errors="replace")
+    encoding = _web_encoding(charset) or _web_encoding(detect_encoding(body, from_html_meta=True)) or "utf-8"
+    if encoding != "utf-8" and codecs.lookup(encoding).name in ONE_BYTE and not body.isascii():
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return body.decode(encoding, errors="replace")
+
+
+def _web_encoding(label: str | None) -> str | None:
+    """The Python codec a browser decodes a page labelled ``label`` with (WHATWG's label table, then
+    :data:`SUPERSETS`); None for a label that is no text encoding."""
+    from resiliparse.parse.encoding import map_encoding_to_html5
+
+    name = map_encoding_to_html5(label, fallback_utf8=False) if label else None
+    if name is None or not _known_charset(name):
+        return None
+    return SUPERSETS.get(codecs.lookup(name).name, name)
 
 
 def _known_charset(name: str) -> bool:
