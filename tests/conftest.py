@@ -148,9 +148,11 @@ def block_digest(body: bytes) -> str:
 def warc_record(body: bytes, *, rtype: str = "conversion", uri: str = "https://example.org/page",
                 record_id: str = "<urn:uuid:00000000-0000-0000-0000-000000000001>",
                 content_length: int | None = None, content_type: str = "text/plain",
-                drop: tuple[str, ...] = (), digest: bool = True, title: str | None = "A page title") -> bytes:
+                drop: tuple[str, ...] = (), digest: bool = True, title: str | None = "A page title",
+                identified: str | None = None) -> bytes:
     """One WARC/1.0 record exactly as CommonCrawl writes it (headers, block, CRLF CRLF), uncompressed.
-    A WET body starts with the page's title line, as CommonCrawl's do (``title=None``: ``body`` as is)."""
+    A WET body starts with the page's title line, as CommonCrawl's do (``title=None``: ``body`` as is).
+    ``identified``: its ``WARC-Identified-Payload-Type``."""
     if rtype == "conversion" and title is not None:
         body = title.encode() + b"\n" + body
     headers = {
@@ -161,6 +163,7 @@ def warc_record(body: bytes, *, rtype: str = "conversion", uri: str = "https://e
         "WARC-Refers-To": "<urn:uuid:00000000-0000-0000-0000-0000000000ff>",
         "WARC-Block-Digest": block_digest(body) if digest else None,
         "Content-Type": content_type,
+        "WARC-Identified-Payload-Type": identified,
         "Content-Length": str(len(body) if content_length is None else content_length),
     }
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if v is not None and k not in drop)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import importlib
 import io
 import itertools
 import re
@@ -44,6 +45,10 @@ RAW_PREVIEW = 2048
 REQUIRED_HEADERS = ("WARC-Record-ID", "WARC-Target-URI", "WARC-Date")
 SKIPPED_TYPES = {"warcinfo", "request", "metadata", "revisit", "resource"}
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+HTTP_HEAD_END = re.compile(rb"\r?\n\r?\n")
+CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
+CODING_ALIASES = {"x-gzip": "gzip"}
+"""HTTP content codings under another name (RFC 9110: x-gzip is gzip)."""
 
 ReadResult = Union[Document, Drop, Note, Rejected]
 
@@ -386,7 +391,7 @@ class RecordReader:
             digest = headers.get("warc-block-digest", "")
         else:
             try:
-                converted = _html_text(block)
+                converted = _html_text(block, headers.get("warc-identified-payload-type", ""))
             except Exception as exc:  # noqa: BLE001 (a parser's failure on one page's bytes ends that record only)
                 return self._reject(offset, "undecodable_http", f"{type(exc).__name__}: {exc}", raw, record_id)
             if isinstance(converted, Drop):
@@ -394,9 +399,10 @@ class RecordReader:
             (title, text, notes), digest = converted, headers.get("warc-payload-digest", "")
             self.notes.extend(notes)
         title, body, nlines = self._body(text, title)
-        if not body.strip():  # a page with a title and nothing else is a normal record that is not text
-            return Drop("skipped_title_only") if title else self._reject(offset, "empty", "no text in the record",
-                                                                          raw, record_id)
+        if not body.strip():  # a page with a title and nothing else is a normal record that is not text, as is
+            if title or self.fmt == "warc":  # an HTML page without text (one its scripts fill, say)
+                return Drop("skipped_title_only" if title else "skipped_no_text")
+            return self._reject(offset, "empty", "no text in the record", raw, record_id)
         if len(body) < self.min_length:
             return Drop("too_short")
         return {
@@ -469,18 +475,20 @@ def _next(data: bytes, pos: int) -> int:
     return found if found >= 0 else len(data)
 
 
-def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
+def _html_text(block: bytes, identified: str = "") -> tuple[str, str, list[Note]] | Drop:
     """Title and text of an HTTP response block holding HTML, as resiliparse extracts them (one
-    line per block), and notes. The body is de-chunked (``Transfer-Encoding: chunked``) and decompressed
-    (``Content-Encoding`` gzip, deflate, and br when brotli is installed) first, by warcio's readers
-    as warcio's own ArchiveIterator does; a body whose chunking is broken is taken as it is, noted."""
+    line per block), and notes. Whether it is HTML: the record's ``WARC-Identified-Payload-Type``
+    (``identified``; CommonCrawl's detection from the bytes) where it has one, as datatrove decides,
+    else the HTTP ``Content-Type``. The HTTP head may end its lines with ``\\n`` alone, as warcio and
+    browsers accept. The body is de-chunked and decompressed first (:func:`_http_body`)."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    head, sep, body = block.partition(b"\r\n\r\n")
-    if not sep:
+    end = HTTP_HEAD_END.search(block)
+    if end is None:
         return Drop("skipped_no_http_headers")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    status_line, *header_lines = block[:end.start()].decode("latin-1").replace("\r\n", "\n").split("\n")
+    body = block[end.end():]
     parts = status_line.split()
     if len(parts) < 2 or parts[1] != "200":
         return Drop("skipped_http_status")
@@ -489,9 +497,12 @@ def _html_text(block: bytes) -> tuple[str, str, list[Note]] | Drop:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip().lower()
     content_type = headers.get("content-type", "")
-    if not content_type.startswith(HTML_TYPES):
+    if not (identified.lower() or content_type).startswith(HTML_TYPES):
         return Drop("skipped_non_html")
-    body, notes = _http_body(body, headers)
+    payload = _http_body(body, headers)
+    if isinstance(payload, Drop):
+        return payload
+    body, notes = payload
     charset = content_type.partition("charset=")[2].split(";")[0].strip().strip('"\'') or None
     if charset is not None and _web_encoding(charset) is None:
         notes.append(Note("http_charset_unknown"))
@@ -552,34 +563,93 @@ def _known_charset(name: str) -> bool:
         return False
 
 
-def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]:
-    """The payload of an HTTP body: de-chunked and decompressed where the headers say so (Brotli by
-    the brotli module itself: warcio's reader of it fails on brotli 1.1 and later)."""
-    from warcio.bufferedreaders import BufferedReader, ChunkedDataReader, DecompressingBufferedReader
-
-    chunked = "chunked" in headers.get("transfer-encoding", "")
-    encoding = headers.get("content-encoding", "").split(",")[-1].strip()
-    brotli = _brotli() if encoding == "br" else None
-    decomp = encoding if encoding in BufferedReader.DECOMPRESSORS and encoding != "br" else None
-    notes = [Note(f"http_content_encoding_kept_{encoding}")] \
-        if encoding not in ("", "identity") and not decomp and brotli is None else []
-    if chunked or decomp:
-        reader = (ChunkedDataReader if chunked else DecompressingBufferedReader)(io.BytesIO(body), decomp_type=decomp)
-        body = reader.read()
-        if chunked and reader.not_chunked:
+def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]] | Drop:
+    """The payload of an HTTP body and notes, or a Drop: de-chunked where ``Transfer-Encoding``
+    says so (:func:`_dechunk`; broken chunking is taken as it is, noted), then each
+    ``Content-Encoding`` undone, the last applied first (gzip and its alias x-gzip, deflate with or
+    without its zlib header, br where brotli is installed, zstd where zstandard is). A coding this
+    cannot undo drops the record (``skipped_content_encoding``): its bytes are no text. A body that
+    is not in its declared coding from its first byte on is taken as it is, as warcio takes it (a
+    server that labels a plain page gzip); one that breaks partway keeps what was decoded, noted."""
+    notes = []
+    if "chunked" in headers.get("transfer-encoding", ""):
+        body, sound = _dechunk(body)
+        if not sound:
             notes.append(Note("http_chunking_broken"))
-    if brotli is not None:
-        try:
-            body = brotli.decompress(body)
-        except brotli.error:
-            notes.append(Note("http_content_encoding_broken_br"))
+    codings = [c.strip() for c in headers.get("content-encoding", "").split(",")]
+    for coding in reversed([c for c in codings if c not in ("", "identity")]):
+        undone = _undo(CODING_ALIASES.get(coding, coding), body)
+        if undone is None:
+            return Drop("skipped_content_encoding")
+        decoded, complete = undone
+        if not decoded and not complete:
+            notes.append(Note("http_content_encoding_not_applied"))
+            break
+        if not complete:
+            notes.append(Note("http_content_encoding_broken"))
+        body = decoded
     return body, notes
 
 
-def _brotli() -> Any:
-    """The brotli module, or None where it is not installed."""
+def _dechunk(body: bytes) -> tuple[bytes, bool]:
+    """The payload of a chunked HTTP body, and whether its chunking was sound. As RFC 9112 reads
+    it: a hex size line (extensions after ``;`` ignored), that many bytes, a line break; lines may
+    end in LF alone; the trailer after the last (empty) chunk is no payload; a body cut short (a
+    capture truncated) keeps what it holds. Where the chunking breaks, the rest is taken as it is:
+    the whole body if it breaks at once (a server that says chunked and is not). warcio's reader,
+    used before, kept the sizes of LF-only chunk lines and the trailer as text."""
+    out, at = [], 0
+    while at < len(body):
+        eol = body.find(b"\n", at)
+        size = body[at:eol if eol >= 0 else len(body)].split(b";")[0].strip()
+        if not CHUNK_SIZE.fullmatch(size):
+            return b"".join(out) + body[at:], False
+        if eol < 0 or not int(size, 16):
+            break
+        start = eol + 1
+        at = start + int(size, 16)
+        out.append(body[start:at])
+        if body.startswith(b"\r\n", at):
+            at += 2
+        elif body.startswith(b"\n", at):
+            at += 1
+        elif at < len(body):
+            return b"".join(out) + body[at:], False
+    return b"".join(out), True
+
+
+def _undo(coding: str, data: bytes) -> tuple[bytes, bool] | None:
+    """``data`` decoded from the HTTP content coding ``coding`` (what was decoded until an error or
+    the coded stream's end), and whether it reached that end without an error; None for a coding
+    this cannot undo. Bytes after the stream's end are left out (of gzip, deflate and zstd; Brotli
+    cannot tell them from a broken stream)."""
+    if coding in ("gzip", "deflate"):
+        zlib_header = len(data) >= 2 and data[0] & 0x0F == 8 and int.from_bytes(data[:2], "big") % 31 == 0
+        wbits = zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
+        inflater = zlib.decompressobj(wbits)  # (deflate without its zlib header: what some servers send)
+        step, finished, error = inflater.decompress, lambda: inflater.eof, zlib.error
+    elif coding == "br" and (brotli := _optional("brotli")) is not None:
+        decompressor = brotli.Decompressor()  # (warcio's own reader of it fails on brotli >= 1.1)
+        step, finished, error = decompressor.process, decompressor.is_finished, brotli.error
+    elif coding == "zstd" and (zstandard := _optional("zstandard")) is not None:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        step, finished, error = frame.decompress, lambda: frame.eof, zstandard.ZstdError
+    else:
+        return None
+    out = []
+    for at in range(0, len(data), WINDOW):
+        try:
+            out.append(step(data[at:at + WINDOW]))
+        except error:
+            return b"".join(out), False
+        if finished():
+            break
+    return b"".join(out), finished()
+
+
+def _optional(name: str) -> Any:
+    """The module ``name``, or None where it is not installed."""
     try:
-        import brotli
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return brotli
