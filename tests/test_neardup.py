@@ -310,6 +310,25 @@ def test_lsh_buckets_and_verified_edges(originals):
     members = [("c", sigs[2].tobytes()), ("b", sigs[1].tobytes()), ("a", sigs[0].tobytes())]
     assert nd.bucket_edges(members, None) == [("a", "b"), ("a", "c")]
     assert nd.bucket_edges(members, cfg.min_matches()) == [("a", "b")]  # c is unlike a and b
+
+
+def test_a_chain_in_one_bucket_is_one_cluster_whatever_its_ids():
+    """A~B~C~D in one bucket, no other pair alike, ids ordered A < D < B < C: each member linked to
+    its smallest alike member gave B-A, C-D and D-C, two clusters where the chain is one."""
+    base = np.arange(10, dtype=np.uint32)
+
+    def sig(changes: dict[int, int]) -> bytes:
+        s = base.copy()
+        s[list(changes)] = list(changes.values())
+        return s.tobytes()
+
+    chain = {"a": sig({6: 100, 7: 101}), "b": sig({}), "c": sig({8: 200, 9: 201}), "d": sig({8: 200, 9: 201, 4: 300, 5: 301})}
+    ids = dict(zip("abcd", ("a1", "a3", "a4", "a2")))  # A < D < B < C
+    members = [(ids[k], s) for k, s in chain.items()]
+    matches = {(x, y): int((np.frombuffer(chain[x], np.uint32) == np.frombuffer(chain[y], np.uint32)).sum())
+               for x in "abcd" for y in "abcd" if x < y}
+    assert {pair for pair, n in matches.items() if n >= 8} == {("a", "b"), ("b", "c"), ("c", "d")}
+    assert nd.bucket_edges(members, 8) == [("a1", "a2"), ("a1", "a3"), ("a1", "a4")]
     assert nd.bucket_edges(members[:1], None) == []
 
 
@@ -611,3 +630,18 @@ def test_edge_cases_through_beam(originals, tmp_path):
                                         write_removed=False)
     assert removed == {} and counters["near_duplicate"] == 4  # counted, not written (write.removed off)
     assert kept == {"e1": 1, "e2": 1, "p1": 1, "w1": 2, "w3": 1, "s1": 3, "s3": 1, "z1": 2}
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["near_dedup.threshold=1.0", "near_dedup.verify=false"], "does not use threshold, verify"),
+    (["near_dedup.shingle=char"], "does not use shingle"),
+    (["near_dedup.bands=65536", "near_dedup.rows=1"], "bands must be <= 65535"),
+])
+def test_near_dup_settings_that_would_do_nothing_are_refused(sets, message):
+    """FineWeb-2's scheme ran with threshold 1.0, verification or character shingles set and took
+    none of them; a band number past 16 bits wrapped to band 0 (merging two bands' buckets)."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        load_config(str(Path(__file__).resolve().parents[1] / "configs" / "corpus" / "fineweb2.yaml"), {"input": ["x.warc.wet.gz"], "output": "out"}, sets)

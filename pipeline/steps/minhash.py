@@ -309,8 +309,11 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None) -> list[tuple[str, str]]:
     """Edges ``(smaller id, larger id)`` among the ``(id, signature bytes)`` sharing an LSH bucket.
 
-    Without ``min_matches``: every member to the smallest id. With it: each member to the
-    smallest other member with at least ``min_matches`` equal signature positions, if any.
+    Without ``min_matches``: every member to the smallest id. With it: the members joined by pairs
+    with at least ``min_matches`` equal signature positions, each such group as edges from its
+    smallest id to each other member (a chain A~B~C~D in one bucket is one group, whatever the
+    order of its ids: linking each member only to its smallest alike member split it in two when
+    that member was D, say, and B's was A).
     """
     unique = dict(sorted(members, reverse=True))  # one signature per id, the smallest: deterministic
     ids = sorted(unique)
@@ -319,18 +322,21 @@ def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None) 
     if min_matches is None:
         return [(ids[0], other) for other in ids[1:]]
     sigs = np.frombuffer(b"".join(unique[i] for i in ids), np.uint32).reshape(len(ids), -1)
+    root = list(range(len(ids)))  # union-find over the members' places (their ids' order)
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
     to_first = np.count_nonzero(sigs == sigs[0], axis=1) >= min_matches
-    edges = []
     for i in range(1, len(ids)):
-        if to_first[i]:
-            edges.append((ids[0], ids[i]))
-            continue
-        alike = np.count_nonzero(sigs == sigs[i], axis=1) >= min_matches
-        alike[i] = False
-        if alike.any():
-            j = int(np.argmax(alike))
-            edges.append((ids[min(i, j)], ids[max(i, j)]))
-    return edges
+        alike = [0] if to_first[i] else np.flatnonzero(np.count_nonzero(sigs == sigs[i], axis=1) >= min_matches).tolist()
+        for j in alike:  # (a pair of members both alike to the first is joined through it)
+            a, b = find(i), find(j)
+            root[max(a, b)] = min(a, b)
+    return [(ids[find(i)], ids[i]) for i in range(1, len(ids)) if find(i) != i]
 
 
 # --------------------------------------------------------------------------- connected components

@@ -15,13 +15,16 @@ from .minhash import SCOPES, SHINGLES, optimal_bands
 SCHEMES = ("datasketch", "datatrove")
 DATATROVE_BANDS = (14, 8)
 """datatrove's ``MinhashConfig`` buckets x hashes per bucket (FineWeb-2's)."""
+DATATROVE_IGNORES = ("shingle", "char_ngram", "num_perm", "threshold", "verify", "max_iterations")
+"""Settings ``scheme: datatrove`` has no use for: set to anything but their defaults, they are refused."""
+MAX_BANDS = 65535
 
 
 @dataclasses.dataclass
 class NearDupConfig:
     scheme: str = "datasketch"
     """datasketch (our shingles, datasketch's permutations, LSH with verification, distributed clustering, smallest
-    id kept) or datatrove (FineWeb-2's: datatrove's MinhashDedup stages; uses word_ngram, bands, rows and seed only)."""
+    id kept) or datatrove (FineWeb-2's: datatrove's MinhashDedup stages; uses word_ngram, bands, rows, seed and scope only, and refuses the others)."""
     shingle: str = "auto"
     """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
     word_ngram: int = 5
@@ -74,8 +77,17 @@ class NearDupConfig:
         if self.bands is not None and self.rows is not None:
             if self.bands < 1 or self.rows < 1:
                 fail(f"bands and rows must be >= 1, got {self.bands} x {self.rows}")
+            if self.bands > MAX_BANDS:  # (a band's number travels as 16 bits)
+                fail(f"bands must be <= {MAX_BANDS}, got {self.bands}")
             if self.scheme == "datasketch" and self.bands * self.rows > self.num_perm:
                 fail(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+
+        if self.scheme == "datatrove":
+            ignored = [f.name for f in dataclasses.fields(self)
+                       if f.name in DATATROVE_IGNORES and getattr(self, f.name) != f.default]
+            if ignored:
+                fail(f"scheme datatrove (FineWeb-2's MinHash) does not use {', '.join(ignored)}: it takes word_ngram, "
+                     "bands, rows, seed and scope only (remove them, or use scheme datasketch)")
 
     def band_rows(self) -> tuple[int, int]:
         """``(bands, rows)``: as configured, or minimizing false positives + false negatives."""
