@@ -30,6 +30,7 @@ import numpy as np
 from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import check_alpha, sampling_weights
+from pipeline.steps.minhash import UNSPACED
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -38,11 +39,6 @@ OUR_MODEL, HF_MODEL, META = "spm.model", "sentencepiece.bpe.model", "tokenizer_m
 TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"  # HF's
 SHORT_POLICIES = ("repeat", "cap")
 WORD_MARK = "\u2581"
-UNSPACED = ((0x0E00, 0x0EFF), (0x0F00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x31F0, 0x31FF),
-            (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x20000, 0x323AF))
-"""Code points of scripts written without spaces between words: Thai and Lao, Tibetan, Myanmar,
-Khmer, kana, Han. Whole-word and span masking take each of their pieces for a word, as BERT's
-Chinese models take each character (a whitespace word there is a phrase or a whole line)."""
 SP_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -333,7 +329,10 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
 
 
 def unspaced(piece: str) -> bool:
-    """Whether ``piece`` is of a script in :data:`UNSPACED` (its first character after the word mark)."""
+    """Whether ``piece`` is of a script written without spaces between words (:data:`UNSPACED`; its
+    first character after the word mark): whole-word and span masking take each such piece for a
+    word, as BERT's Chinese models take each character (a whitespace word there is a phrase or a
+    whole line)."""
     first = piece.lstrip(WORD_MARK)[:1]
     return bool(first) and any(low <= ord(first) <= high for low, high in UNSPACED)
 

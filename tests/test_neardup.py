@@ -645,3 +645,14 @@ def test_near_dup_settings_that_would_do_nothing_are_refused(sets, message):
 
     with pytest.raises(UserError, match=message):
         load_config(str(Path(__file__).resolve().parents[1] / "configs" / "corpus" / "fineweb2.yaml"), {"input": ["x.warc.wet.gz"], "output": "out"}, sets)
+
+
+def test_global_scope_picks_the_shingle_kind_from_the_text():
+    """Under ``scope: global`` (documents of every language compared together), ``shingle: auto``
+    took each document's kind from its label: before LID (no label) Chinese got word shingles (a
+    clause a word) and two near-copies labelled zh and ko got different kinds, and so never met."""
+    zh = "香港係一個國際金融中心亦都係全球最繁忙嘅港口之一。佢嘅經濟以服務業為主包括金融貿易物流同埋旅遊業。" * 3
+    assert nd.shingle_kind(None, "auto") == "word" and nd.shingle_kind("zh", "auto") == "char"
+    assert {nd.shingle_kind(lang, "auto", zh) for lang in (None, "zh", "ko", "en")} == {"char"}
+    assert nd.shingle_kind("zh", "auto", "Hello world, a page in English 香港.") == "word"
+    assert nd.shingle_kind("en", "word", zh) == "word"

@@ -55,6 +55,10 @@ from .minhash_datatrove import union_find
 SHINGLES = ("auto", "word", "char")
 SCOPES = ("language", "global")
 CHAR_SHINGLE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"})
+UNSPACED = ((0x0E00, 0x0EFF), (0x0F00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x31F0, 0x31FF),
+            (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x20000, 0x323AF))
+"""Code points of the scripts of :data:`CHAR_SHINGLE_LANGS`, written without spaces between words:
+Thai and Lao, Tibetan, Myanmar, Khmer, kana, Han."""
 """Languages (fastText lid.176 labels) written without spaces between words."""
 EMPTY = np.uint32(0xFFFFFFFF)
 """Every position of the signature of a document without shingles (datasketch's empty MinHash)."""
@@ -94,10 +98,18 @@ def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     return choice
 
 
-def shingle_kind(lang: str | None, shingle: str) -> str:
-    """``word`` or ``char`` for a document in ``lang`` under the configured ``shingle``."""
+def shingle_kind(lang: str | None, shingle: str, text: str | None = None) -> str:
+    """``word`` or ``char`` for a document in ``lang`` under the configured ``shingle``. With
+    ``text`` (``scope: global``, where documents of every language meet, before LID has labelled
+    them or under two labels for one text) ``auto`` goes by the text's own script instead:
+    ``char`` where most of the letters of its first 1,000 characters are of a script written
+    without spaces (:data:`UNSPACED`)."""
     if shingle != "auto":
         return shingle
+    if text is not None:
+        letters = [ord(c) for c in text[:1000] if c.isalpha()]
+        unspaced = sum(any(low <= c <= high for low, high in UNSPACED) for c in letters)
+        return "char" if 2 * unspaced > len(letters) else "word"
     return "char" if lang in CHAR_SHINGLE_LANGS else "word"
 
 

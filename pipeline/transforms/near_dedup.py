@@ -186,7 +186,8 @@ class BandKeys(PicklingDoFn, CountingDoFn):
         cfg = self.cfg
         kinds: dict[str, list[int]] = {}
         for i, doc in enumerate(batch):
-            kinds.setdefault(shingle_kind(doc.get("lang"), cfg.shingle), []).append(i)
+            text = doc["text"] if cfg.scope == "global" else None
+            kinds.setdefault(shingle_kind(doc.get("lang"), cfg.shingle, text), []).append(i)
         sigs = np.empty((len(batch), cfg.num_perm), np.uint32)
         for kind, index in kinds.items():
             sigs[index] = signatures([batch[i]["text"] for i in index], cfg, kind)
