@@ -155,7 +155,10 @@ class Ngrams:
         self.prefix = np.zeros(len(x) + 1, np.uint64)
         np.cumsum(x * up[:len(x)], out=self.prefix[1:])
         self.distinct_from = self.n_words + 1
-        """The smallest n found with every n-gram distinct: then every longer n-gram is distinct too."""
+        """The smallest n found with every n-gram distinct: then every longer n-gram is distinct too,
+        where the joined texts tell word tuples apart (``sep`` in no word; never with ``sep`` "":
+        ``["alpha", "bravoc"]`` and ``["alphabravo", "c"]`` join to one text)."""
+        self.shortcut = bool(sep) and not any(sep in word for word in words)
 
     def keys(self, n: int) -> np.ndarray:
         """A key per n-gram (its hash, mixed with its length)."""
@@ -173,7 +176,7 @@ class Ngrams:
         keys = self.keys(n)
         order, same = _sorted_runs(keys)
         if not same.any():
-            self.distinct_from = n
+            self.distinct_from = n if self.shortcut else self.distinct_from
             return len(self.gram(0, n))
         starts = np.flatnonzero(np.concatenate(([True], ~same)))
         counts = np.diff(starts, append=len(keys))
@@ -194,7 +197,7 @@ class Ngrams:
             return 0
         order, same = _sorted_runs(self.keys(n))
         if not same.any():
-            self.distinct_from = n
+            self.distinct_from = n if self.shortcut else self.distinct_from
             return 0
         twice = np.zeros(len(order), bool)  # in sorted order: a key equal to its neighbour's
         twice[1:] = same
