@@ -205,3 +205,60 @@ def test_c4_decides_and_cuts_as_datatrove(lang: str, pages: list[str]) -> None:
             assert ((got.reason, None) if isinstance(got, Drop) else (None, got["text"])) == expected, (split_paragraph, text[:80])
             compared += 1
         assert compared >= len(texts) // 2, (split_paragraph, compared, len(texts))  # not mostly skipped
+
+
+# lid.176 labels beyond XNLI, one or two per kind of datatrove's tokenizer table: a spaCy proxy (yue and
+# jieba, jv: ms, nn: nb, sw: tn), the Indic NLP Library (bn, ta, hi), Thai, WhitespaceTokenizer (dv: spaCy's
+# xx rules, not a fallback) and spaCy's own rules (en); each with datatrove's name of its csv row. The last
+# sentences of bn, ta and nn tokenize otherwise with spaCy's bn, ta and nn rules.
+LID_LABELS = {
+    "yue": ("yue_Hani", ["我哋今日去飲茶，你嚟唔嚟呀？", "呢間餐廳嘅點心好好食，不過要排隊好耐。"]),
+    "jv": ("jav_Latn", ["Aku arep lunga menyang pasar esuk. Kowé arep mèlu ora?", "Omahé simbah ana ing desa, cedhak sawah."]),
+    "bn": ("ben_Beng", ["আমি প্রতিদিন সকালে স্কুলে যাই। তুমি কোথায় যাও?", "ঢাকা বাংলাদেশের রাজধানী, এখানে অনেক মানুষ থাকে।",
+                         "ডা. রায় ১২.৫% বেশি দাম দিয়েছেন—কেন? ই-মেইল: info@example.com"]),
+    "ta": ("tam_Taml", ["நான் தினமும் பள்ளிக்குச் செல்கிறேன். நீ எங்கே போகிறாய்?", "சென்னை தமிழ்நாட்டின் தலைநகரம்.",
+                         "டாக்டர். ராஜ் 12.5% அதிக விலை கொடுத்தார்—ஏன்? மின்னஞ்சல்: info@example.com"]),
+    "nn": ("nno_Latn", ["Eg har ikkje sett han sidan i går. Kvar er du no?", "Bergen er ein by på Vestlandet, kjend for regn.",
+                         "Dei budde i Nord-Noreg t.d. i Tromsø."]),
+    "dv": ("div_Thaa", ["އަހަރެން މިއަދު ސްކޫލަށް ދިޔައީމެވެ. ކަލޭ ކޮންތާކު؟", "މާލެ އަކީ ދިވެހިރާއްޖޭގެ ވެރިރަށެވެ."]),
+    "sw": ("swh_Latn", ["Ninakwenda sokoni kesho asubuhi. Je, utakuja nami?", "Dar es Salaam ni mji mkubwa wa Tanzania."]),
+    "th": ("tha_Thai", ["ฉันไปโรงเรียนทุกวัน คุณจะไปไหน", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"]),
+    "hi": ("hin_Deva", ["मैं रोज़ सुबह स्कूल जाता हूँ। तुम कहाँ जाते हो?", "दिल्ली भारत की राजधानी है, यहाँ बहुत लोग रहते हैं।"]),
+    "en": ("eng_Latn", ["I'm going to the market tomorrow. Won't you come along?", "London is the U.K.'s capital (pop. 8.9M)."]),
+}
+NEEDS = {"yue": "jieba", "th": "pythainlp", "bn": "indicnlp", "ta": "indicnlp", "hi": "indicnlp"}
+
+
+@pytest.mark.parametrize("lang", sorted(LID_LABELS))
+def test_lid_labels_tokenize_as_datatrove_table(lang: str) -> None:
+    """A lid.176 label gets the tokenizer of its row in datatrove's tokenizer_assignment.csv, as FineWeb-2
+    names it (yue: spaCy zh with jieba, jv: spaCy ms, bn: Indic NLP, dv: WhitespaceTokenizer, ...)."""
+    pytest.importorskip("spacy", reason="spaCy (the quality extra) is not installed")
+    if lang in NEEDS:
+        pytest.importorskip(NEEDS[lang], reason=f"{NEEDS[lang]} (the quality extra) is not installed")
+    name, texts = LID_LABELS[lang]
+    tok = tokenizer_for(lang)
+    assert tok.fallback == "", tok.fallback
+    reference = load_word_tokenizer(name)
+    for text in texts + ["\n".join(texts)]:
+        words = tok.words(text)
+        assert words == reference.word_tokenize(text), text
+        assert len(words) > 3, words  # not the whole line as one "word"
+
+
+@pytest.mark.parametrize("lang, name", [("be", "Stanza"), ("km", "KhmerTokenizer")])
+def test_lid_labels_without_datatrove_tokenizer_fall_back_and_say_why(lang: str, name: str) -> None:
+    tok = tokenizer_for(lang)
+    assert (tok.kind, tok.code) == ("spacy", "xx")
+    assert tok.fallback.startswith(f"datatrove uses {name}") and f"for {lang!r}" in tok.fallback, tok.fallback
+    assert tokenizer_for("bh").fallback == "spaCy has no rules for 'bh'"  # spaCy installed, no row, no rules
+
+
+@pytest.mark.parametrize("lang", ["bn", "ta", "hi"])
+def test_indic_labels_split_sentences_as_datatrove(lang: str) -> None:
+    pytest.importorskip("indicnlp", reason="indic-nlp-library (the quality extra) is not installed")
+    from pipeline.steps.words import sentence_ends
+
+    text = " ".join(LID_LABELS[lang][1])
+    expected = [end for _, end in load_word_tokenizer(LID_LABELS[lang][0]).span_tokenize(text)]
+    assert sentence_ends(text, lang) == expected and len(expected) > 2, expected

@@ -26,6 +26,8 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
     (["gopher_repetition.languages.fr.dup_line_frc=0.2"], "unknown key 'languages.fr.dup_line_frc' (did you mean 'languages.fr.dup_line_frac'?)"),
     (["gopher_repetition.languages.fr.top_n_grams=[[50, 0.1]]"],
      "gopher_repetition: languages.fr.top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20"),
+    (["gopher_repetition.top_n_grams=[[2,0.2,1]]"],  # the section's own mistake, not a language's
+     "gopher_repetition: top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20 and 0 <= fraction <= 1, got [2.0, 0.2, 1.0]"),
     (["pii.email_replacement=[]"], "pii: email_replacement: empty; give at least one replacement (or remove_emails: false)"),
     (["symbol_lines.symbols_to_remove='|-+'"], "symbol_lines: symbols_to_remove holds '|-+': give single characters"),
     (["ftfy.unescape_html=no"], "ftfy.unescape_html must be one of"),

@@ -54,6 +54,7 @@ class PerLanguage:
         return override(dataclasses.replace(self, languages={}), values, f"languages.{lang}.")
 
     def validate(self) -> None:
+        self.check_values()  # the section's own values first: a mistake there is not a language's
         for lang in self.languages:
             language = self.for_language(lang)
             check_choices_and_ranges(language, f"languages.{lang}", {}, self.ranges)
@@ -61,7 +62,6 @@ class PerLanguage:
                 language.check_values()
             except UserError as exc:
                 raise UserError(f"languages.{lang}.{exc}") from None
-        self.check_values()
 
     def check_values(self) -> None:
         """Checks of one language's values (UserError)."""

@@ -1,20 +1,24 @@
 """Word tokenizers per language, chosen as datatrove 0.10.1 chooses them (its
 ``assets/tokenizer_assignment.csv``), for the quality filters and FineWeb-2's MinHash.
 
-Every tokenizer runs locally from its own PyPI package (the ``quality`` extra); none downloads
-data at run time:
+``TOKENIZERS`` holds the csv's choice for every lid.176 label whose tokenizer is not spaCy with the
+label's own code: the row FineWeb-2 names (``code_1`` the label, default script and default
+``code_1``; else ``code_3`` the label, default script), copied in (datatrove is only a dev
+dependency). Every tokenizer runs locally from its own PyPI package (the ``quality`` extra); none
+downloads data at run time:
 
-======================================  ==========================================================
-en fr es de el bg ru tr ar              spaCy's rule-based tokenizer (``spacy.blank(lang)``)
-sw                                      spaCy's Setswana (``tn``), datatrove's proxy for Swahili
-vi                                      spaCy's Vietnamese (pyvi's CRF word segmenter)
-zh                                      spaCy's Chinese with the jieba segmenter
-th                                      PyThaiNLP, ``newmm-safe``
-hi ur                                   Indic NLP Library's ``trivial_tokenize``
-any other language spaCy has            ``spacy.blank(lang)`` (what datatrove assigns to most)
-anything else (or a missing package)    **fallback**: spaCy's multi-language ``xx`` rules
-                                        (datatrove's ``WhitespaceTokenizer``), counted
-======================================  ==========================================================
+=====================================  ===========================================================
+csv's SpaCyTokenizer                   ``spacy.blank(tok_code)``: the label's own code, or a proxy
+                                       (sw: ``tn``, jv su min ilo mg pam: ``ms``, nn: ``nb``, ...);
+                                       vi with pyvi's segmenter; zh (and yue wuu) with jieba
+IndicNLPTokenizer                      Indic NLP Library's ``trivial_tokenize`` with ``tok_code``
+                                       (hi bn ta te ml mr gu kn pa or as si sa ne ur, and proxies)
+ThaiTokenizer                          PyThaiNLP, ``newmm-safe``
+WhitespaceTokenizer (dv ka xmf yi)     spaCy's multi-language ``xx`` rules (what its words are)
+Stanza, Kiwi, Khmer, Lao, Burmese,     **fallback**: spaCy's ``xx`` rules, counted (Stanza
+Tibetan; a label without a row that    downloads models at run time; the others' packages are not
+spaCy lacks; a missing package         dependencies)
+=====================================  ===========================================================
 
 Tokens are datatrove's: stripped, empty ones dropped. spaCy's rule-based tokenizer splits the
 text on whitespace first and tokenizes each piece on its own, so for those languages a piece's
@@ -31,16 +35,59 @@ import threading
 from itertools import chain
 from typing import Any, Callable
 
-SPACY_CODE = {"sw": "tn"}
-"""Languages datatrove tokenizes with another language's spaCy rules (its ``tok_code``)."""
+# Generated once from datatrove 0.10.1's assets/tokenizer_assignment.csv (the rule in the docstring above).
+TOKENIZERS: dict[str, tuple[str, str]] = {
+    "als": ("spacy", "sq"), "an": ("spacy", "es"), "arz": ("spacy", "ar"), "as": ("indic", "as"),
+    "ast": ("spacy", "es"), "av": ("spacy", "xx"), "azb": ("spacy", "fa"), "ba": ("spacy", "tt"),
+    "bar": ("spacy", "de"), "bcl": ("spacy", "tl"), "be": ("stanza", "be"), "bn": ("indic", "bn"),
+    "bo": ("tibetan", ""), "bpy": ("indic", "bn"), "br": ("stanza", "cy"), "bs": ("spacy", "sr"),
+    "bxr": ("stanza", "bxr"), "cbk": ("spacy", "xx"), "ce": ("spacy", "xx"), "ceb": ("spacy", "tl"),
+    "ckb": ("indic", "ur"), "co": ("spacy", "es"), "cv": ("spacy", "xx"), "cy": ("stanza", "cy"),
+    "diq": ("stanza", "kmr"), "dty": ("indic", "ne"), "dv": ("whitespace", "xx"), "eml": ("spacy", "xx"),
+    "eo": ("spacy", "xx"), "frr": ("spacy", "en"), "fy": ("spacy", "en"), "gd": ("stanza", "gd"),
+    "gl": ("stanza", "gl"), "gn": ("spacy", "xx"), "gom": ("stanza", "kmr"), "gu": ("indic", "gu"),
+    "gv": ("stanza", "gv"), "hi": ("indic", "hi"), "hif": ("stanza", "kmr"), "ht": ("spacy", "xx"),
+    "ia": ("spacy", "xx"), "ie": ("spacy", "xx"), "ilo": ("spacy", "ms"), "io": ("spacy", "xx"),
+    "jbo": ("spacy", "xx"), "jv": ("spacy", "ms"), "ka": ("whitespace", "xx"), "kk": ("stanza", "kk"),
+    "km": ("khmer", ""), "kn": ("indic", "kn"), "ko": ("kiwi", ""), "krc": ("stanza", "kk"),
+    "ku": ("indic", "ur"), "kv": ("spacy", "xx"), "kw": ("stanza", "cy"), "lez": ("spacy", "xx"),
+    "li": ("spacy", "nl"), "lmo": ("spacy", "lij"), "lo": ("lao", ""), "lrc": ("indic", "ur"),
+    "mai": ("indic", "hi"), "mg": ("spacy", "ms"), "mhr": ("spacy", "xx"), "min": ("spacy", "ms"),
+    "ml": ("indic", "ml"), "mn": ("stanza", "bxr"), "mr": ("indic", "mr"), "mrj": ("spacy", "xx"),
+    "mt": ("stanza", "mt"), "mwl": ("spacy", "es"), "my": ("burmese", ""), "myv": ("stanza", "myv"),
+    "mzn": ("indic", "ur"), "nah": ("spacy", "xx"), "nap": ("spacy", "it"), "nds": ("spacy", "nl"),
+    "ne": ("indic", "ne"), "new": ("indic", "hi"), "nn": ("spacy", "nb"), "oc": ("spacy", "es"),
+    "or": ("indic", "or"), "os": ("spacy", "xx"), "pa": ("indic", "pa"), "pam": ("spacy", "ms"),
+    "pfl": ("spacy", "lb"), "pms": ("spacy", "lij"), "pnb": ("indic", "ur"), "ps": ("indic", "ur"),
+    "qu": ("spacy", "xx"), "rm": ("spacy", "fr"), "rue": ("spacy", "ru"), "sa": ("indic", "sa"),
+    "sah": ("spacy", "xx"), "sc": ("spacy", "es"), "scn": ("spacy", "it"), "sco": ("spacy", "en"),
+    "sd": ("indic", "ur"), "sh": ("spacy", "sr"), "si": ("indic", "si"), "so": ("spacy", "xx"),
+    "su": ("spacy", "ms"), "sw": ("spacy", "tn"), "ta": ("indic", "ta"), "te": ("indic", "te"),
+    "tg": ("spacy", "xx"), "th": ("thai", "th"), "tk": ("spacy", "tr"), "tyv": ("spacy", "xx"),
+    "ug": ("stanza", "ug"), "ur": ("indic", "ur"), "uz": ("spacy", "xx"), "vec": ("spacy", "lij"),
+    "vep": ("spacy", "fi"), "vls": ("spacy", "nl"), "vo": ("spacy", "xx"), "wa": ("spacy", "fr"),
+    "war": ("spacy", "tl"), "wuu": ("spacy", "zh"), "xal": ("stanza", "bxr"), "xmf": ("whitespace", "xx"),
+    "yi": ("whitespace", "xx"), "yue": ("spacy", "zh"),
+}
+"""lid.176 label -> (kind, code) as datatrove's csv assigns it, for every label whose tokenizer is not
+``spacy.blank(label)``: spacy (``tok_code``, ``xx`` included), indic (``tok_code``), thai, whitespace
+(spaCy's ``xx``), or a tokenizer not available here (stanza with its ``tok_code``, kiwi, khmer, lao,
+burmese, tibetan). A label not here (bh, no, tl have no row) uses spaCy with its own code."""
+UNAVAILABLE = {"stanza": ("Stanza", "it downloads models at run time"),
+               "kiwi": ("KiwiTokenizer (kiwipiepy)", "not a dependency"),
+               "khmer": ("KhmerTokenizer (khmer-nltk)", "not a dependency"),
+               "lao": ("LaoTokenizer (laonlp)", "not a dependency"),
+               "burmese": ("BurmeseTokenizer (pyidaungsu)", "not a dependency"),
+               "tibetan": ("TibetanTokenizer (botok)", "not a dependency")}
+"""datatrove's tokenizers this project does not run: (what datatrove uses, why not); the fallback instead."""
 SPACY_CONFIG: dict[str, dict[str, Any]] = {"zh": {"nlp": {"tokenizer": {"segmenter": "jieba"}}}}
 WHOLE_TEXT_SPACY = {"vi", "ja", "ko"}
 """spaCy languages whose tokenizer is a segmenter looking across spaces and lines (no cache)."""
-PIECES: dict[str, Callable[[str], list[str]]] = {"spacy": str.split, "jieba": lambda text: text.split("\n")}
+PIECES: dict[str, Callable[[str], list[str]]] = {"spacy": str.split, "whitespace": str.split,
+                                                 "jieba": lambda text: text.split("\n")}
 """Per kind, the pieces a text is tokenized in one by one (tokens cached per piece): spaCy's rules
 never look past a space, jieba never past a line break (its blocks are runs of Han characters,
 letters and digits)."""
-INDIC = {"hi", "ur"}
 FALLBACK = "xx"
 _CACHED: set[str] = set()
 """Languages whose tokenizer has been asked for (their caches are what ``forget_words`` empties)."""
@@ -58,7 +105,7 @@ class WordTokenizer:
 
     lang: str
     kind: str
-    """spacy, jieba, spacy-whole, thai or indic."""
+    """spacy, jieba, spacy-whole, thai, indic or whitespace (spaCy's ``xx``, datatrove's WhitespaceTokenizer)."""
     code: str
     """The spaCy or Indic NLP language code it runs with."""
     fallback: str = ""
@@ -213,19 +260,30 @@ def _spacy(code: str) -> Any:
 def tokenizer_for(lang: str) -> WordTokenizer:
     """The word tokenizer of language ``lang`` (an ISO 639-1 code, as lid.176 labels)."""
     _CACHED.add(lang)
-    if lang == "th":
+    kind, code = TOKENIZERS.get(lang, ("spacy", lang))
+    if kind == "thai":
         return _checked(WordTokenizer(lang, "thai", "th"), "pythainlp")
-    if lang in INDIC:
-        return _checked(WordTokenizer(lang, "indic", lang), "indicnlp")
-    code = SPACY_CODE.get(lang, lang)
+    if kind == "indic":
+        return _checked(WordTokenizer(lang, "indic", code), "indicnlp")
+    if kind in UNAVAILABLE:
+        name, why = UNAVAILABLE[kind]
+        proxy = f" ({code!r})" if code and code != lang else ""
+        return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"datatrove uses {name}{proxy} for {lang!r}; not available "
+                                                               f"here ({why})")
     try:
         import spacy.util
-
-        spacy.util.get_lang_class(code)
     except ImportError:
         return WordTokenizer(lang, "spacy", FALLBACK, fallback="spaCy is not installed")
-    except Exception:  # spaCy's catalogue raises its own error for a language it does not have
-        return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy has no rules for {code!r}")
+    try:
+        spacy.util.get_lang_class(code)
+    except Exception as exc:  # ImportError (E048) for a language spaCy does not have, or catalogue's own error
+        import importlib.util
+
+        if importlib.util.find_spec(f"spacy.lang.{code}") is None:
+            return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy has no rules for {code!r}")
+        return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy's {code!r} does not load: {exc}")
+    if kind == "whitespace":  # datatrove's WhitespaceTokenizer: its words are spaCy's xx rules (not a fallback)
+        return WordTokenizer(lang, "whitespace", code)
     kind = "jieba" if code == "zh" else "spacy-whole" if code in WHOLE_TEXT_SPACY else "spacy"
     tok = WordTokenizer(lang, kind, code)
     try:
@@ -254,8 +312,8 @@ def sentence_ends(text: str, lang: str) -> list[int]:
     """Where each sentence of ``text`` ends, as datatrove's ``span_tokenize`` finds them (spaCy's
     sentencizer; PyThaiNLP's or the Indic NLP Library's splitter, each sentence found in turn)."""
     tok = tokenizer_for(lang)
-    if sentence_fallback(lang):
-        tok = WordTokenizer(lang, "spacy", lang)
+    if tok.kind == "indic" and sentence_fallback(lang):
+        tok = WordTokenizer(lang, "spacy", tok.code)  # spaCy's Urdu rules
     if tok.kind in ("thai", "indic"):
         if tok.kind == "thai":
             from pythainlp.tokenize import sent_tokenize
@@ -284,11 +342,17 @@ def sentence_ends(text: str, lang: str) -> list[int]:
 @functools.cache
 def sentence_fallback(lang: str) -> str:
     """Why ``lang``'s sentences come from spaCy's rules rather than datatrove's splitter ('' when
-    they do not): the Indic NLP Library splits Urdu with urduhack, which needs TensorFlow."""
+    they do not): the Indic NLP Library splits Urdu (and the languages it stands for) with urduhack,
+    which needs TensorFlow; datatrove's WhitespaceTokenizer splits with a regex (of the ``regex``
+    package, not a dependency), here spaCy's ``xx`` sentencizer does. (A language whose words fall
+    back splits with spaCy's ``xx`` too, counted as its tokenizer's fallback.)"""
     import importlib.util
 
-    if tokenizer_for(lang).kind == "indic" and lang == "ur" and importlib.util.find_spec("urduhack") is None:
+    tok = tokenizer_for(lang)
+    if tok.kind == "indic" and tok.code == "ur" and importlib.util.find_spec("urduhack") is None:
         return "urduhack (TensorFlow) is not installed"
+    if tok.kind == "whitespace":
+        return "datatrove splits WhitespaceTokenizer languages with a regex; spaCy's xx sentencizer here"
     return ""
 
 
