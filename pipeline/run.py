@@ -117,10 +117,16 @@ def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def recover(final: str, keep: str | None = None) -> list[str]:
-    """What earlier runs left in ``final``: a staging folder with a commit marker (killed while
-    replacing: its moves are finished, so the new corpus is complete) or without one (killed or
-    failed before: deleted with its task folder, unless it is ``keep``, the run being resumed; the
-    corpus there is the previous one). Returns the folders handled."""
+    """What earlier runs left in ``final``: :func:`finish_replacements`, then :func:`remove_unfinished`.
+    Returns the folders handled."""
+    return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
+
+
+def finish_replacements(final: str) -> list[str]:
+    """Finish the replacements of the corpus in ``final`` that killed runs began: a staging folder
+    with a commit marker (killed while replacing: its moves are finished, so the new corpus is
+    complete). Nothing else is touched, so a run refused afterwards loses no one's work. Returns
+    the folders handled."""
     handled = []
     for folder in staging_folders(final):
         marker = fs.join(folder, COMMIT)
@@ -139,8 +145,17 @@ def recover(final: str, keep: str | None = None) -> list[str]:
             _apply(folder, final, plan)
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
             handled.append(folder)
+    return handled
+
+
+def remove_unfinished(final: str, keep: set[str]) -> list[str]:
+    """Delete the staging folders in ``final`` of runs that did not finish (no commit marker), with
+    their task folders, but those in ``keep`` (the run's own, the run being resumed) and those a
+    run may still be writing; the corpus there is the previous one. Only once the run is sure to
+    go ahead: a killed run's finished tasks are what ``--resume`` continues. Returns the folders removed."""
+    handled = []
     for folder, state in unfinished(final):
-        if folder == keep:
+        if folder in keep:
             continue
         if running(folder):
             LOG.warning("%s: left %s alone: a run may still be writing it (remove it yourself if none is)", final, folder)
@@ -367,8 +382,9 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
     continued = resumable(cfg, digest, resume) if not build_only else None
-    if not build_only:
-        recover(cfg.output, keep=continued)
+    if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
+        finish_replacements(cfg.output)
+        unfinished(cfg.output)  # a damaged run state: one line before any work
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
@@ -398,6 +414,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
                 ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
                 raise UserError(f"{exc}{ours}") from None
+            if not build_only:  # every check passed: what killed runs left unfinished goes
+                remove_unfinished(final, {staging})
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
             if scratch and spill.memory_backed(scratch):

@@ -221,3 +221,32 @@ def test_a_damaged_state_file_is_one_line_naming_it_and_what_to_do(wet, tmp_path
         (killed / name).unlink()
     killed.rmdir()
     assert all_digests(out) == before
+
+
+def test_a_refused_run_leaves_a_killed_runs_staging_and_task_folder_for_resume(wet, tmp_path, capsys):
+    """A run refused (a corpus there and no --overwrite; options Beam rejects) removed a killed
+    run's staging and task folders first: the finished tasks that --resume continues were lost."""
+    from pipeline.config import load_config
+    from pipeline.output import fs
+    from pipeline.run import fingerprint, resumable
+
+    out, tasks = tmp_path / "out", tmp_path / "tmp" / "polyglot-run-0123456789ab"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    cfg = load_config(None, {"runner": "DaskRunner", "output": str(out)},
+                      [f"input=[{wet}]", "beam_options=[]", "steps=[dedup, lid]"])
+    killed = out / f"{STAGING}0123456789ab"
+    killed.mkdir()
+    (killed / RUN_STATE).write_text(json.dumps({"fingerprint": fingerprint(cfg, fs.match_inputs(cfg.input)),
+                                                "task_folder": str(tasks)}))
+    tasks.mkdir(parents=True)
+    (tasks / "plan.json").write_text("{}")
+    dead = holder(killed)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    capsys.readouterr()
+    assert run_cli(*common(wet), "--output", str(out)) == 2
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite", "--type_check_additional=nonsense") == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert (killed / RUN_STATE).exists() and (tasks / "plan.json").exists()
+    assert resumable(cfg, fingerprint(cfg, fs.match_inputs(cfg.input)), True) == str(killed)
