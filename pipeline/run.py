@@ -226,9 +226,10 @@ def nothing_read(staging: str) -> str:
 
 
 def task_folder(options: PipelineOptions, run_id: str) -> str:
-    """A DaskRunner run's task folder: below ``--temp_location``, else in this machine's temporary folder."""
+    """A DaskRunner run's task folder: below ``--temp_location``, else in this machine's temporary
+    folder; a local one absolute, since the run state keeps it for a ``--resume`` from any folder."""
     temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
-    return fs.join(temp, f"{TASK_FOLDER}{run_id}")
+    return fs.join(os.path.abspath(temp) if fs.is_local(temp) else temp, f"{TASK_FOLDER}{run_id}")
 
 
 def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
