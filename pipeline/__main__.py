@@ -62,8 +62,8 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
-    cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set)
-    cfg.beam_options = [*cfg.beam_options, *beam_flags]
+    cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set,
+                      beam_flags)
     prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules())  # imports while the driver does
     from .run import run_corpus  # imports Beam
 

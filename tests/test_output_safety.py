@@ -250,3 +250,23 @@ def test_a_refused_run_leaves_a_killed_runs_staging_and_task_folder_for_resume(w
     assert "nonsense" in capsys.readouterr().err
     assert (killed / RUN_STATE).exists() and (tasks / "plan.json").exists()
     assert resumable(cfg, fingerprint(cfg, fs.match_inputs(cfg.input)), True) == str(killed)
+
+
+def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
+    """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
+    from pipeline.config import load_config
+
+    home = tmp_path / "home"
+    (home / "in").mkdir(parents=True)
+    (home / "in" / "a.warc.wet.gz").write_bytes(Path(wet).read_bytes())
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--input", "~/in/*.gz", "--set", "beam_options=[]", "--set", "steps=[lid]",
+                 "--output=~/corpus"]) == 0
+    assert (home / "corpus" / "stats.json").exists() and not (tmp_path / "~").exists()
+    cfg = load_config(None, {"input": ["~/in/*.gz"], "output": "~/corpus"},
+                      ["lid.model=~/lid.bin", "steps=[lid, perplexity]", "perplexity.models=~/lm",
+                       "beam_options=[--temp_location=~/a]"], ["--temp_location", "~/b"])
+    assert (cfg.input, cfg.output) == ([str(home / "in" / "*.gz")], str(home / "corpus"))
+    assert (cfg.section("lid").model, cfg.section("perplexity").models) == (str(home / "lid.bin"), str(home / "lm"))
+    assert cfg.beam_options == [f"--temp_location={home / 'a'}", "--temp_location", str(home / "b")]

@@ -40,6 +40,12 @@ def configure(options: PipelineOptions) -> None:
     beam_filesystems().set_options(options)
 
 
+def plain_path(path: str) -> str:
+    """A path as a user gives it made one the file systems take: a local one with its ``~``
+    expanded (a shell leaves the ``~`` of ``--output=~/corpus`` as it is); a store path as it is."""
+    return path if "://" in path else os.path.expanduser(path)
+
+
 def is_local(path: str) -> bool:
     return beam_filesystems().get_scheme(path) in (None, "file")
 
