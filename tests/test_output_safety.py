@@ -270,3 +270,20 @@ def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatc
     assert (cfg.input, cfg.output) == ([str(home / "in" / "*.gz")], str(home / "corpus"))
     assert (cfg.section("lid").model, cfg.section("perplexity").models) == (str(home / "lid.bin"), str(home / "lm"))
     assert cfg.beam_options == [f"--temp_location={home / 'a'}", "--temp_location", str(home / "b")]
+
+
+def test_file_urls_are_local_paths(wet, tmp_path, capsys):
+    """``--output file:///...`` and ``pipeline status file:///...`` ended in a traceback."""
+    out = tmp_path / "a b"
+    assert main(["run", "--no-progress", "--input", Path(wet).as_uri(), "--set", "beam_options=[]", "--set",
+                 "steps=[lid]", "--output", out.as_uri()]) == 0
+    assert (out / "stats.json").exists()
+    capsys.readouterr()
+    assert main(["status", out.as_uri()]) == 0
+    assert f"{out}: a finished corpus" in capsys.readouterr().out
+    assert main(["status", f"file://elsewhere{out}"]) == 2
+    err = capsys.readouterr().err
+    assert f"file://elsewhere{out}: a file:// URL of host 'elsewhere'" in err and len(err.splitlines()) == 1
+    assert run_cli(*common(wet), "--output", f"file://elsewhere{out}") == 2
+    err = capsys.readouterr().err
+    assert "a file:// URL of host 'elsewhere'" in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -41,8 +41,19 @@ def configure(options: PipelineOptions) -> None:
 
 
 def plain_path(path: str) -> str:
-    """A path as a user gives it made one the file systems take: a local one with its ``~``
-    expanded (a shell leaves the ``~`` of ``--output=~/corpus`` as it is); a store path as it is."""
+    """A path as a user gives it made one the file systems take: a ``file://`` URL the local path it
+    names (Beam's local file system takes none: joined, listed or written it failed with a
+    traceback), a local path with its ``~`` expanded (a shell leaves the ``~`` of
+    ``--output=~/corpus`` as it is); a store path as it is. One error line for a ``file://`` URL
+    of another host."""
+    if path[:7].lower() == "file://":
+        from urllib.parse import urlsplit
+        from urllib.request import url2pathname
+
+        url = urlsplit(path)
+        if url.netloc not in ("", "localhost"):
+            raise UserError(f"{path}: a file:// URL of host {url.netloc!r}; give a path on this machine")
+        return url2pathname(url.path) or "/"
     return path if "://" in path else os.path.expanduser(path)
 
 
