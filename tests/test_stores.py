@@ -556,3 +556,39 @@ def test_a_throttling_store_is_retried_to_the_same_bytes(s3_server, local_refere
     shards = sorted(k for k in stored if k.startswith("lang="))
     assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
     assert not bucket.keys("tmp/")
+
+
+def test_a_killed_copiers_partial_model_copy_is_removed_and_a_live_ones_kept(s3_server, tmp_path, monkeypatch):
+    """A worker killed while copying a model left its partial copy, named ``<key>-<version>-lid.176.part-<hex>``
+    (``with_suffix``), which no cleanup matched: a model's size per kill. Now ``<copy>.part-<hex>``,
+    removed by a later copy once no one has written to it for an hour."""
+    import os
+    import shutil
+    import time
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs
+
+    model = Path(default_model_path()).read_bytes()
+    s3_server.client.put_object(Bucket="polyglot", Key="models/lid.176.ftz", Body=model)
+    fs.configure(PipelineOptions(s3_server.flags))
+    named: list[str] = []
+    copyfileobj = shutil.copyfileobj
+
+    def watched(src, dst, n):
+        named.append(dst.name)
+        copyfileobj(src, dst, n)
+
+    monkeypatch.setattr(shutil, "copyfileobj", watched)
+    copy = fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
+    assert Path(named[0]).name.startswith(f"{copy.name}.part-")
+    key = copy.name.split("-", 1)[0]
+    stale, older, live = (tmp_path / f"{copy.name}.part-0ld", tmp_path / f"{key}-0123456789ab-lid.176.ftz.part-0ld",
+                          tmp_path / f"{copy.name}.part-11ve")
+    for partial in (stale, older, live):
+        partial.write_bytes(model[:1000])
+    for partial in (stale, older):
+        os.utime(partial, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+    assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path) == copy
+    assert sorted(tmp_path.iterdir()) == sorted([copy, live])

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -432,10 +433,11 @@ def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
     expected, version = _version(path)
     name, key = Path(path).name, hashlib.sha1(path.encode()).hexdigest()[:12]
     target = cache_dir / f"{key}-{version}-{name}"
+    _remove_stale_partials(cache_dir, f"{key}-*-{glob.escape(name)}{PARTIAL}*")
     if target.exists() and target.stat().st_size == expected:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".part-{uuid.uuid4().hex}")
+    partial = cache_dir / f"{target.name}{PARTIAL}{uuid.uuid4().hex}"
     try:
         with open_read(path) as src, open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
@@ -452,6 +454,24 @@ def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
             if older != target:
                 older.unlink(missing_ok=True)
     return target
+
+
+PARTIAL = ".part-"
+"""``<copy>.part-<hex>``: a model copy being made (:func:`local_copy`)."""
+PARTIAL_STALE_S = 3600.0
+"""A partial copy not written to for this long was left by a copier that was killed; a live copier
+writes to its own every few seconds at most."""
+
+
+def _remove_stale_partials(cache_dir: Path, pattern: str) -> None:
+    """Delete the partial copies in ``cache_dir`` matching ``pattern`` that no one has written to for
+    :data:`PARTIAL_STALE_S` (a killed worker's, as large as a model); another copier's live one stays."""
+    for partial in cache_dir.glob(pattern):
+        try:
+            if time.time() - partial.stat().st_mtime > PARTIAL_STALE_S:
+                partial.unlink()
+        except FileNotFoundError:  # renamed or removed by its copier meanwhile
+            continue
 
 
 def _version(path: str) -> tuple[int, str]:
