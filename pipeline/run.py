@@ -172,6 +172,20 @@ def remove_unfinished(final: str, keep: set[str]) -> list[str]:
     return handled
 
 
+def check_no_other_run(final: str, continued: str | None) -> None:
+    """One error line while another run writes a staging folder in ``final`` (:func:`running`):
+    two runs on one output would each replace the corpus, the second only the files it saw at its
+    start. ``continued``: the folder of the run being resumed, which is this run's. Also one line
+    for a killed run's damaged run state, before any work (:func:`unfinished`)."""
+    live = [folder for folder, _ in unfinished(final) if folder != continued and running(folder)]
+    if live:
+        raise UserError(f"output {final}: another run is writing it now ({live[0]}); run again once it is done, or "
+                        "give another output" + (" (remove that folder yourself if no run is writing it)"
+                                                 if fs.is_local(live[0]) else
+                                                 f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
+                                                 "driver's last renewal)"))
+
+
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
     """What a resumed run must share with the run it continues: the config (steps and sections),
     the input files with their sizes, this package's version and the task outputs' format."""
@@ -385,7 +399,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
         finish_replacements(cfg.output)
-        unfinished(cfg.output)  # a damaged run state: one line before any work
+        check_no_other_run(cfg.output, continued)
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
@@ -465,6 +479,13 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     if isinstance(hold, lease.Lease):
         hold.check()  # a run cut off for longer than its lease: another run may have removed its folder
+    stale = previous_outputs(final)  # now: a corpus another run put there meanwhile is replaced whole
+    if stale and not overwrite:
+        fs.remove_folder(cfg.output)
+        if dask:
+            fs.remove_folder(state["task_folder"])
+        raise UserError(f"output {final}: another run wrote a corpus there meanwhile ({len(stale)} files); this run's "
+                        "is not put in its place without --overwrite")
     commit(cfg.output, final, stale)
     if dask:  # only now: killed before the commit, the run's finished tasks let --resume end it without redoing them
         fs.remove_folder(state["task_folder"])

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,10 +72,12 @@ def holder(folder: Path) -> subprocess.Popen:
     return proc
 
 
-def test_a_killed_runs_staging_folder_goes_and_a_running_ones_stays(wet, tmp_path, caplog):
+def test_a_killed_runs_staging_folder_goes_and_a_running_ones_refuses_the_run(wet, tmp_path, caplog, capsys):
     """A run killed before it wrote a file at its staging folder's top left only shards there (the
     old search, ``_staging-*/*``, never found them); its lock, freed by the kernel, says it is gone.
-    A folder whose lock a live process holds is another run's, still going: left alone, and said."""
+    A folder whose lock a live process holds is another run's, still going: a second run on the
+    output is one line naming it (it went on, and whichever committed second left a mix of both
+    corpora), and removes nothing; once that run is gone, its folder goes too."""
     out = tmp_path / "out"
     killed, live = (out / f"{STAGING}{name}" for name in ("killed", "live"))
     for folder in (killed, live):
@@ -87,14 +90,46 @@ def test_a_killed_runs_staging_folder_goes_and_a_running_ones_stays(wet, tmp_pat
     try:
         assert locks.abandoned(str(killed)) and not locks.abandoned(str(live))
         assert any("a run may still be writing it" in line for line in status(str(out)))
-        with caplog.at_level(logging.WARNING):
-            assert run_cli(*common(wet), "--output", str(out)) == 0
-        assert not killed.exists() and (live / "lang=en" / "bucket=all" / "part-00000.arrow").exists()
-        assert f"removed {killed}, left by a run that did not finish" in caplog.text
-        assert f"left {live} alone: a run may still be writing it" in caplog.text
+        capsys.readouterr()
+        assert run_cli(*common(wet), "--output", str(out)) == 2
+        err = capsys.readouterr().err
+        assert f"output {out}: another run is writing it now ({live}); run again once it is done" in err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert killed.exists() and (live / "lang=en" / "bucket=all" / "part-00000.arrow").exists()
     finally:
         running.kill()
         running.wait()
+    with caplog.at_level(logging.WARNING):
+        assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not killed.exists() and not live.exists()
+    assert f"removed {killed}, left by a run that did not finish" in caplog.text
+
+
+def test_a_corpus_written_by_another_run_meanwhile_is_replaced_whole_or_kept(wet, tmp_path, monkeypatch, capsys):
+    """Two runs on one output that started together: the one committing second deleted only the old
+    files it had seen at its start, leaving the other's shards beside its own. The files to replace
+    are listed at the commit; without --overwrite the other's corpus is kept, and this run's goes."""
+    import pipeline.run as run
+
+    out = tmp_path / "out"
+    theirs = out / "lang=zz" / "bucket=all" / "part-00000.arrow"
+    build_report = run.build_report
+
+    def another_run_commits(staging: str) -> None:  # meanwhile, as another run's commit would
+        build_report(staging)
+        theirs.parent.mkdir(parents=True, exist_ok=True)
+        theirs.write_bytes(b"their shard")
+        (out / "stats.json").write_text("{}")
+
+    monkeypatch.setattr(run, "build_report", another_run_commits)
+    assert run_cli(*common(wet), "--output", str(out)) == 2
+    err = capsys.readouterr().err
+    assert f"output {out}: another run wrote a corpus there meanwhile" in err and len(err.splitlines()) == 1
+    assert theirs.read_bytes() == b"their shard" and (out / "stats.json").read_text() == "{}"
+    assert not list(out.glob(f"{STAGING}*")) and not (out / RUN_FILE).exists()
+    shutil.rmtree(out)
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite") == 0  # theirs appears meanwhile again
+    assert not theirs.exists() and json.loads((out / "stats.json").read_text())["counters"]
 
 
 def test_json_shards_are_the_same_bytes_run_after_run(wet, tmp_path):

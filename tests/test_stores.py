@@ -153,10 +153,11 @@ def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_refer
     assert not [k for k in bucket.keys("corpus/") if "_staging-" in k or "_probe-" in k]
 
 
-def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_killed_ones(s3_server, local_reference):
+def test_a_run_on_a_bucket_is_refused_by_a_live_runs_staging_folder_and_removes_a_killed_ones(s3_server, local_reference,
+                                                                                              capsys):
     """Nothing locks in a bucket: a run holds its staging folder with a lease its driver renews
-    (``output.lease``). Another run on the output, before it commits, leaves a folder whose lease is
-    renewed, and removes one whose lease has expired (its driver was killed), with the lease."""
+    (``output.lease``). Another run on the output is refused while a folder's lease is renewed,
+    and removes one whose lease has expired (its driver was killed), with the lease."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline.output import fs, lease
@@ -171,7 +172,8 @@ def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_kille
     held = lease.Lease(bucket.url(theirs), renew_s=0.2)
     try:
         first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
-        assert store_run(bucket) == 0
+        assert store_run(bucket) == 2
+        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in capsys.readouterr().err
         assert bucket.keys(theirs) == [f"{theirs}lang=en/bucket=all/part-00000.arrow", f"{theirs}stats.json"]
         assert json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"] > first  # renewed meanwhile
     finally:
