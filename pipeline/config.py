@@ -64,9 +64,9 @@ class SamplingConfig:
 @dataclasses.dataclass
 class CorpusConfig:
     input: list[str] = dataclasses.field(default_factory=list)
-    """Globs of WET/WARC files (local, gs://, s3://)."""
+    """Globs of WET/WARC files (local, ~ and file:// too; gs://, s3://)."""
     output: str = ""
-    """Output directory (local, gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
+    """Output directory (local, ~ and file:// too; gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
     runner: str = "DirectRunner"
     """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
     progress: bool = True
