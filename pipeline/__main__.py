@@ -62,8 +62,8 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
-    cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set)
-    cfg.beam_options = [*cfg.beam_options, *beam_flags]
+    cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set,
+                      beam_flags)
     prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules())  # imports while the driver does
     from .run import run_corpus  # imports Beam
 
@@ -78,11 +78,12 @@ def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
 
 
 def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
-    from .output import stores
+    from .output import fs, stores
     from .run import status
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
+    args.path = fs.plain_path(args.path)
     stores.open_stores(args, {"OUTPUT_OR_TEMP": args.path})
     print("\n".join(status(args.path.rstrip("/") or "/")))
     return 0
@@ -95,6 +96,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
+    args.corpus, args.out = fs.plain_path(args.corpus), args.out and fs.plain_path(args.out)
     out = args.out or f"{args.corpus.rstrip('/')}/{REPORT}"
     fs.check_folder(out, "--out", REPORT_FILES)  # the report replaces its own files, and no one else's
     stores.open_stores(args, {"CORPUS": args.corpus}, {"--out": out})

@@ -11,13 +11,14 @@ import dataclasses
 import types
 from typing import Any
 
+from .output import fs
 from .output.layout import FORMATS, SCHEMAS
 from .report.sampling import UNITS, check_rehydration
 from .steps import closest, registry, resolve
-from .steps.base import Step, graph_label
+from .steps.base import RunInfo, Step, graph_label
 from .steps.perplexity import BUCKETS
 from .util.configfile import Source, build_dataclass, check_choices_and_ranges, describe, merged_config_data, source_of
-from .util.errors import UserError
+from .util.errors import UserError, contained
 
 DEFAULT_STEPS = ["dedup", "lid", "near_dedup", "perplexity"]
 
@@ -63,9 +64,9 @@ class SamplingConfig:
 @dataclasses.dataclass
 class CorpusConfig:
     input: list[str] = dataclasses.field(default_factory=list)
-    """Globs of WET/WARC files (local, gs://, s3://)."""
+    """Globs of WET/WARC files (local, ~ and file:// too; gs://, s3://)."""
     output: str = ""
-    """Output directory (local, gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
+    """Output directory (local, ~ and file:// too; gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
     runner: str = "DirectRunner"
     """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
     progress: bool = True
@@ -201,11 +202,39 @@ def _sets_buckets(cfg: CorpusConfig) -> bool:
                for cls in cfg.active_step_classes())
 
 
+PATH_OPTIONS = ("--temp_location",)
+"""Beam options that name a folder, made plain paths (:func:`plain_paths`) with the config's own."""
+
+
+def plain_paths(cfg: CorpusConfig) -> None:
+    """Every path of the config as the file systems take it (``fs.plain_path``): the inputs, the
+    output, ``--temp_location`` and the files the steps read (``Step.store_paths``)."""
+    cfg.input = [fs.plain_path(pattern) for pattern in cfg.input]
+    cfg.output = fs.plain_path(cfg.output)
+    options: list[str] = []
+    for option in cfg.beam_options:
+        name, sep, value = str(option).partition("=")
+        if options and options[-1] in PATH_OPTIONS:  # the value of "--temp_location VALUE"
+            option = fs.plain_path(option)
+        elif sep and name in PATH_OPTIONS:
+            option = f"{name}={fs.plain_path(value)}"
+        options.append(option)
+    cfg.beam_options = options
+    for cls in cfg.active_step_classes():
+        section = cfg.section(cls.name)
+        for key in contained(f"step {cls.name}: building it", cls, section, RunInfo()).store_paths():
+            prefix, _, name = key.partition(".")
+            if prefix == cls.name and isinstance(getattr(section, name, None), str):
+                setattr(section, name, fs.plain_path(getattr(section, name)))
+
+
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,
-                sets: list[str] | None = None) -> CorpusConfig:
-    """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides."""
+                sets: list[str] | None = None, beam_flags: list[str] | None = None) -> CorpusConfig:
+    """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides, and
+    add ``beam_flags`` (the command line's Beam options) to ``beam_options``."""
     data, source = merged_config_data(path, overrides, sets)
     cfg = build_dataclass(CorpusConfig, {k: v for k, v in data.items() if k in TOP_LEVEL}, source)
+    cfg.beam_options = [*cfg.beam_options, *(beam_flags or [])]
     try:
         classes = cfg.step_classes()
     except UserError as exc:
@@ -224,6 +253,7 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
         raise UserError(f"{source}: no input: set input in the config or pass --input")
     if not cfg.output:
         raise UserError(f"{source}: no output: set output in the config or pass --output")
+    plain_paths(cfg)
     return cfg
 
 

@@ -117,10 +117,16 @@ def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def recover(final: str, keep: str | None = None) -> list[str]:
-    """What earlier runs left in ``final``: a staging folder with a commit marker (killed while
-    replacing: its moves are finished, so the new corpus is complete) or without one (killed or
-    failed before: deleted with its task folder, unless it is ``keep``, the run being resumed; the
-    corpus there is the previous one). Returns the folders handled."""
+    """What earlier runs left in ``final``: :func:`finish_replacements`, then :func:`remove_unfinished`.
+    Returns the folders handled."""
+    return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
+
+
+def finish_replacements(final: str) -> list[str]:
+    """Finish the replacements of the corpus in ``final`` that killed runs began: a staging folder
+    with a commit marker (killed while replacing: its moves are finished, so the new corpus is
+    complete). Nothing else is touched, so a run refused afterwards loses no one's work. Returns
+    the folders handled."""
     handled = []
     for folder in staging_folders(final):
         marker = fs.join(folder, COMMIT)
@@ -139,8 +145,17 @@ def recover(final: str, keep: str | None = None) -> list[str]:
             _apply(folder, final, plan)
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
             handled.append(folder)
+    return handled
+
+
+def remove_unfinished(final: str, keep: set[str]) -> list[str]:
+    """Delete the staging folders in ``final`` of runs that did not finish (no commit marker), with
+    their task folders, but those in ``keep`` (the run's own, the run being resumed) and those a
+    run may still be writing; the corpus there is the previous one. Only once the run is sure to
+    go ahead: a killed run's finished tasks are what ``--resume`` continues. Returns the folders removed."""
+    handled = []
     for folder, state in unfinished(final):
-        if folder == keep:
+        if folder in keep:
             continue
         if running(folder):
             LOG.warning("%s: left %s alone: a run may still be writing it (remove it yourself if none is)", final, folder)
@@ -155,6 +170,20 @@ def recover(final: str, keep: str | None = None) -> list[str]:
         left = set(staging_folders(final))
         fs.delete([lease.lease_path(folder) for folder in lease.expired(final) if folder not in left])
     return handled
+
+
+def check_no_other_run(final: str, continued: str | None) -> None:
+    """One error line while another run writes a staging folder in ``final`` (:func:`running`):
+    two runs on one output would each replace the corpus, the second only the files it saw at its
+    start. ``continued``: the folder of the run being resumed, which is this run's. Also one line
+    for a killed run's damaged run state, before any work (:func:`unfinished`)."""
+    live = [folder for folder, _ in unfinished(final) if folder != continued and running(folder)]
+    if live:
+        raise UserError(f"output {final}: another run is writing it now ({live[0]}); run again once it is done, or "
+                        "give another output" + (" (remove that folder yourself if no run is writing it)"
+                                                 if fs.is_local(live[0]) else
+                                                 f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
+                                                 "driver's last renewal)"))
 
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
@@ -211,9 +240,10 @@ def nothing_read(staging: str) -> str:
 
 
 def task_folder(options: PipelineOptions, run_id: str) -> str:
-    """A DaskRunner run's task folder: below ``--temp_location``, else in this machine's temporary folder."""
+    """A DaskRunner run's task folder: below ``--temp_location``, else in this machine's temporary
+    folder; a local one absolute, since the run state keeps it for a ``--resume`` from any folder."""
     temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
-    return fs.join(temp, f"{TASK_FOLDER}{run_id}")
+    return fs.join(os.path.abspath(temp) if fs.is_local(temp) else temp, f"{TASK_FOLDER}{run_id}")
 
 
 def check_stores(cfg: CorpusConfig, options: PipelineOptions) -> None:
@@ -367,8 +397,9 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
     continued = resumable(cfg, digest, resume) if not build_only else None
-    if not build_only:
-        recover(cfg.output, keep=continued)
+    if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
+        finish_replacements(cfg.output)
+        check_no_other_run(cfg.output, continued)
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
@@ -398,6 +429,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
                 ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
                 raise UserError(f"{exc}{ours}") from None
+            if not build_only:  # every check passed: what killed runs left unfinished goes
+                remove_unfinished(final, {staging})
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
             if scratch and spill.memory_backed(scratch):
@@ -446,6 +479,13 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
     if isinstance(hold, lease.Lease):
         hold.check()  # a run cut off for longer than its lease: another run may have removed its folder
+    stale = previous_outputs(final)  # now: a corpus another run put there meanwhile is replaced whole
+    if stale and not overwrite:
+        fs.remove_folder(cfg.output)
+        if dask:
+            fs.remove_folder(state["task_folder"])
+        raise UserError(f"output {final}: another run wrote a corpus there meanwhile ({len(stale)} files); this run's "
+                        "is not put in its place without --overwrite")
     commit(cfg.output, final, stale)
     if dask:  # only now: killed before the commit, the run's finished tasks let --resume end it without redoing them
         fs.remove_folder(state["task_folder"])

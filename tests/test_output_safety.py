@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,10 +72,12 @@ def holder(folder: Path) -> subprocess.Popen:
     return proc
 
 
-def test_a_killed_runs_staging_folder_goes_and_a_running_ones_stays(wet, tmp_path, caplog):
+def test_a_killed_runs_staging_folder_goes_and_a_running_ones_refuses_the_run(wet, tmp_path, caplog, capsys):
     """A run killed before it wrote a file at its staging folder's top left only shards there (the
     old search, ``_staging-*/*``, never found them); its lock, freed by the kernel, says it is gone.
-    A folder whose lock a live process holds is another run's, still going: left alone, and said."""
+    A folder whose lock a live process holds is another run's, still going: a second run on the
+    output is one line naming it (it went on, and whichever committed second left a mix of both
+    corpora), and removes nothing; once that run is gone, its folder goes too."""
     out = tmp_path / "out"
     killed, live = (out / f"{STAGING}{name}" for name in ("killed", "live"))
     for folder in (killed, live):
@@ -87,14 +90,46 @@ def test_a_killed_runs_staging_folder_goes_and_a_running_ones_stays(wet, tmp_pat
     try:
         assert locks.abandoned(str(killed)) and not locks.abandoned(str(live))
         assert any("a run may still be writing it" in line for line in status(str(out)))
-        with caplog.at_level(logging.WARNING):
-            assert run_cli(*common(wet), "--output", str(out)) == 0
-        assert not killed.exists() and (live / "lang=en" / "bucket=all" / "part-00000.arrow").exists()
-        assert f"removed {killed}, left by a run that did not finish" in caplog.text
-        assert f"left {live} alone: a run may still be writing it" in caplog.text
+        capsys.readouterr()
+        assert run_cli(*common(wet), "--output", str(out)) == 2
+        err = capsys.readouterr().err
+        assert f"output {out}: another run is writing it now ({live}); run again once it is done" in err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert killed.exists() and (live / "lang=en" / "bucket=all" / "part-00000.arrow").exists()
     finally:
         running.kill()
         running.wait()
+    with caplog.at_level(logging.WARNING):
+        assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not killed.exists() and not live.exists()
+    assert f"removed {killed}, left by a run that did not finish" in caplog.text
+
+
+def test_a_corpus_written_by_another_run_meanwhile_is_replaced_whole_or_kept(wet, tmp_path, monkeypatch, capsys):
+    """Two runs on one output that started together: the one committing second deleted only the old
+    files it had seen at its start, leaving the other's shards beside its own. The files to replace
+    are listed at the commit; without --overwrite the other's corpus is kept, and this run's goes."""
+    import pipeline.run as run
+
+    out = tmp_path / "out"
+    theirs = out / "lang=zz" / "bucket=all" / "part-00000.arrow"
+    build_report = run.build_report
+
+    def another_run_commits(staging: str) -> None:  # meanwhile, as another run's commit would
+        build_report(staging)
+        theirs.parent.mkdir(parents=True, exist_ok=True)
+        theirs.write_bytes(b"their shard")
+        (out / "stats.json").write_text("{}")
+
+    monkeypatch.setattr(run, "build_report", another_run_commits)
+    assert run_cli(*common(wet), "--output", str(out)) == 2
+    err = capsys.readouterr().err
+    assert f"output {out}: another run wrote a corpus there meanwhile" in err and len(err.splitlines()) == 1
+    assert theirs.read_bytes() == b"their shard" and (out / "stats.json").read_text() == "{}"
+    assert not list(out.glob(f"{STAGING}*")) and not (out / RUN_FILE).exists()
+    shutil.rmtree(out)
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite") == 0  # theirs appears meanwhile again
+    assert not theirs.exists() and json.loads((out / "stats.json").read_text())["counters"]
 
 
 def test_json_shards_are_the_same_bytes_run_after_run(wet, tmp_path):
@@ -221,3 +256,69 @@ def test_a_damaged_state_file_is_one_line_naming_it_and_what_to_do(wet, tmp_path
         (killed / name).unlink()
     killed.rmdir()
     assert all_digests(out) == before
+
+
+def test_a_refused_run_leaves_a_killed_runs_staging_and_task_folder_for_resume(wet, tmp_path, capsys):
+    """A run refused (a corpus there and no --overwrite; options Beam rejects) removed a killed
+    run's staging and task folders first: the finished tasks that --resume continues were lost."""
+    from pipeline.config import load_config
+    from pipeline.output import fs
+    from pipeline.run import fingerprint, resumable
+
+    out, tasks = tmp_path / "out", tmp_path / "tmp" / "polyglot-run-0123456789ab"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    cfg = load_config(None, {"runner": "DaskRunner", "output": str(out)},
+                      [f"input=[{wet}]", "beam_options=[]", "steps=[dedup, lid]"])
+    killed = out / f"{STAGING}0123456789ab"
+    killed.mkdir()
+    (killed / RUN_STATE).write_text(json.dumps({"fingerprint": fingerprint(cfg, fs.match_inputs(cfg.input)),
+                                                "task_folder": str(tasks)}))
+    tasks.mkdir(parents=True)
+    (tasks / "plan.json").write_text("{}")
+    dead = holder(killed)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    capsys.readouterr()
+    assert run_cli(*common(wet), "--output", str(out)) == 2
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite", "--type_check_additional=nonsense") == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert (killed / RUN_STATE).exists() and (tasks / "plan.json").exists()
+    assert resumable(cfg, fingerprint(cfg, fs.match_inputs(cfg.input)), True) == str(killed)
+
+
+def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
+    """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
+    from pipeline.config import load_config
+
+    home = tmp_path / "home"
+    (home / "in").mkdir(parents=True)
+    (home / "in" / "a.warc.wet.gz").write_bytes(Path(wet).read_bytes())
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-progress", "--input", "~/in/*.gz", "--set", "beam_options=[]", "--set", "steps=[lid]",
+                 "--output=~/corpus"]) == 0
+    assert (home / "corpus" / "stats.json").exists() and not (tmp_path / "~").exists()
+    cfg = load_config(None, {"input": ["~/in/*.gz"], "output": "~/corpus"},
+                      ["lid.model=~/lid.bin", "steps=[lid, perplexity]", "perplexity.models=~/lm",
+                       "beam_options=[--temp_location=~/a]"], ["--temp_location", "~/b"])
+    assert (cfg.input, cfg.output) == ([str(home / "in" / "*.gz")], str(home / "corpus"))
+    assert (cfg.section("lid").model, cfg.section("perplexity").models) == (str(home / "lid.bin"), str(home / "lm"))
+    assert cfg.beam_options == [f"--temp_location={home / 'a'}", "--temp_location", str(home / "b")]
+
+
+def test_file_urls_are_local_paths(wet, tmp_path, capsys):
+    """``--output file:///...`` and ``pipeline status file:///...`` ended in a traceback."""
+    out = tmp_path / "a b"
+    assert main(["run", "--no-progress", "--input", Path(wet).as_uri(), "--set", "beam_options=[]", "--set",
+                 "steps=[lid]", "--output", out.as_uri()]) == 0
+    assert (out / "stats.json").exists()
+    capsys.readouterr()
+    assert main(["status", out.as_uri()]) == 0
+    assert f"{out}: a finished corpus" in capsys.readouterr().out
+    assert main(["status", f"file://elsewhere{out}"]) == 2
+    err = capsys.readouterr().err
+    assert f"file://elsewhere{out}: a file:// URL of host 'elsewhere'" in err and len(err.splitlines()) == 1
+    assert run_cli(*common(wet), "--output", f"file://elsewhere{out}") == 2
+    err = capsys.readouterr().err
+    assert "a file:// URL of host 'elsewhere'" in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -165,3 +165,36 @@ def test_status_and_resume_mistakes(job, tmp_path, capsys):
     assert output_digests(out) == job["reference"]
     assert not list(temp.glob("polyglot-run-*"))
     assert json.loads((out / RUN_FILE).read_text())["tasks"]["reused"] == 0
+
+
+def test_a_relative_temp_location_resumes_from_another_folder(sample, tmp_path):
+    """``--temp_location tmp`` was kept as ``tmp/polyglot-run-...`` in the run state: a ``--resume``
+    started in another folder looked for the tasks there, redid every one, and left the folder."""
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    config = ["--input", wet, "--set", "beam_options=[]", "--set", "steps=[dedup, lid]", "--runner", "DaskRunner",
+              "--dask_num_workers", "1"]
+    out, first, second = tmp_path / "out", tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's package, from any folder
+    env = {**os.environ, "TMPDIR": str(tmp_path / "system-temp"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    os.makedirs(env["TMPDIR"])
+    command = [sys.executable, "-m", "pipeline", "run", "--no-progress", *config, "--output", str(out),
+               "--temp_location", "tmp"]
+    killed = subprocess.Popen(command, cwd=first, env={**env, "POLYGLOT_FAULT": "commit@0"}, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    for line in killed.stderr:
+        if line.startswith("fault point"):
+            break
+    else:
+        pytest.fail(f"the run ended (rc {killed.wait()}) before its commit")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    [staging] = out.glob(f"{STAGING}*")
+    assert json.loads((staging / RUN_STATE).read_text())["task_folder"].startswith(str(first / "tmp") + "/")
+    resumed = subprocess.run([*command, "--resume"], cwd=second, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
+    assert tasks["run"] == 0 and tasks["reused"] == tasks["total"] > 0
+    assert not list((first / "tmp").glob("polyglot-run-*")) and not list(second.glob("tmp/polyglot-run-*"))

@@ -153,10 +153,11 @@ def test_a_failed_run_on_a_bucket_leaves_the_previous_corpus(bucket, local_refer
     assert not [k for k in bucket.keys("corpus/") if "_staging-" in k or "_probe-" in k]
 
 
-def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_killed_ones(s3_server, local_reference):
+def test_a_run_on_a_bucket_is_refused_by_a_live_runs_staging_folder_and_removes_a_killed_ones(s3_server, local_reference,
+                                                                                              capsys):
     """Nothing locks in a bucket: a run holds its staging folder with a lease its driver renews
-    (``output.lease``). Another run on the output, before it commits, leaves a folder whose lease is
-    renewed, and removes one whose lease has expired (its driver was killed), with the lease."""
+    (``output.lease``). Another run on the output is refused while a folder's lease is renewed,
+    and removes one whose lease has expired (its driver was killed), with the lease."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline.output import fs, lease
@@ -171,7 +172,8 @@ def test_a_run_on_a_bucket_leaves_a_live_runs_staging_folder_and_removes_a_kille
     held = lease.Lease(bucket.url(theirs), renew_s=0.2)
     try:
         first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
-        assert store_run(bucket) == 0
+        assert store_run(bucket) == 2
+        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in capsys.readouterr().err
         assert bucket.keys(theirs) == [f"{theirs}lang=en/bucket=all/part-00000.arrow", f"{theirs}stats.json"]
         assert json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"] > first  # renewed meanwhile
     finally:
@@ -556,3 +558,39 @@ def test_a_throttling_store_is_retried_to_the_same_bytes(s3_server, local_refere
     shards = sorted(k for k in stored if k.startswith("lang="))
     assert rows_without_source((k, stored[k]) for k in shards) == rows_without_source((k, local_files[k]) for k in shards)
     assert not bucket.keys("tmp/")
+
+
+def test_a_killed_copiers_partial_model_copy_is_removed_and_a_live_ones_kept(s3_server, tmp_path, monkeypatch):
+    """A worker killed while copying a model left its partial copy, named ``<key>-<version>-lid.176.part-<hex>``
+    (``with_suffix``), which no cleanup matched: a model's size per kill. Now ``<copy>.part-<hex>``,
+    removed by a later copy once no one has written to it for an hour."""
+    import os
+    import shutil
+    import time
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs
+
+    model = Path(default_model_path()).read_bytes()
+    s3_server.client.put_object(Bucket="polyglot", Key="models/lid.176.ftz", Body=model)
+    fs.configure(PipelineOptions(s3_server.flags))
+    named: list[str] = []
+    copyfileobj = shutil.copyfileobj
+
+    def watched(src, dst, n):
+        named.append(dst.name)
+        copyfileobj(src, dst, n)
+
+    monkeypatch.setattr(shutil, "copyfileobj", watched)
+    copy = fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path)
+    assert Path(named[0]).name.startswith(f"{copy.name}.part-")
+    key = copy.name.split("-", 1)[0]
+    stale, older, live = (tmp_path / f"{copy.name}.part-0ld", tmp_path / f"{key}-0123456789ab-lid.176.ftz.part-0ld",
+                          tmp_path / f"{copy.name}.part-11ve")
+    for partial in (stale, older, live):
+        partial.write_bytes(model[:1000])
+    for partial in (stale, older):
+        os.utime(partial, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+    assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path) == copy
+    assert sorted(tmp_path.iterdir()) == sorted([copy, live])

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -38,6 +39,23 @@ def configure(options: PipelineOptions) -> None:
     """Store clients (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) from these options, in
     this process; Beam passes them on to its own SDK workers, the DaskRunner to its workers."""
     beam_filesystems().set_options(options)
+
+
+def plain_path(path: str) -> str:
+    """A path as a user gives it made one the file systems take: a ``file://`` URL the local path it
+    names (Beam's local file system takes none: joined, listed or written it failed with a
+    traceback), a local path with its ``~`` expanded (a shell leaves the ``~`` of
+    ``--output=~/corpus`` as it is); a store path as it is. One error line for a ``file://`` URL
+    of another host."""
+    if path[:7].lower() == "file://":
+        from urllib.parse import urlsplit
+        from urllib.request import url2pathname
+
+        url = urlsplit(path)
+        if url.netloc not in ("", "localhost"):
+            raise UserError(f"{path}: a file:// URL of host {url.netloc!r}; give a path on this machine")
+        return url2pathname(url.path) or "/"
+    return path if "://" in path else os.path.expanduser(path)
 
 
 def is_local(path: str) -> bool:
@@ -415,10 +433,11 @@ def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
     expected, version = _version(path)
     name, key = Path(path).name, hashlib.sha1(path.encode()).hexdigest()[:12]
     target = cache_dir / f"{key}-{version}-{name}"
+    _remove_stale_partials(cache_dir, f"{key}-*-{glob.escape(name)}{PARTIAL}*")
     if target.exists() and target.stat().st_size == expected:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".part-{uuid.uuid4().hex}")
+    partial = cache_dir / f"{target.name}{PARTIAL}{uuid.uuid4().hex}"
     try:
         with open_read(path) as src, open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
@@ -435,6 +454,24 @@ def local_copy(path: str, cache_dir: Path = MODEL_CACHE) -> Path:
             if older != target:
                 older.unlink(missing_ok=True)
     return target
+
+
+PARTIAL = ".part-"
+"""``<copy>.part-<hex>``: a model copy being made (:func:`local_copy`)."""
+PARTIAL_STALE_S = 3600.0
+"""A partial copy not written to for this long was left by a copier that was killed; a live copier
+writes to its own every few seconds at most."""
+
+
+def _remove_stale_partials(cache_dir: Path, pattern: str) -> None:
+    """Delete the partial copies in ``cache_dir`` matching ``pattern`` that no one has written to for
+    :data:`PARTIAL_STALE_S` (a killed worker's, as large as a model); another copier's live one stays."""
+    for partial in cache_dir.glob(pattern):
+        try:
+            if time.time() - partial.stat().st_mtime > PARTIAL_STALE_S:
+                partial.unlink()
+        except FileNotFoundError:  # renamed or removed by its copier meanwhile
+            continue
 
 
 def _version(path: str) -> tuple[int, str]:
