@@ -262,3 +262,36 @@ def test_cutoffs_leave_out_a_writers_leftover(tmp_path):
     write_table(pa.table({f.name: rows.get(f.name, [None] * 20) if f.name != "perplexity" else [1.0] * 20
                           for f in SCHEMA}, schema=SCHEMA), f"{shard}.tmp-0123abcd", "arrow")
     assert compute_cutoffs(str(tmp_path), 100_000, 0) == before and before[1] == {"de": 20}
+
+
+def test_what_sentencepiece_keeps_nothing_of_has_no_perplexity(sample_lms, tmp_path):
+    """Zero-width spaces and byte-order marks survive CCNet's normalization but not SentencePiece's:
+    CCNet's DocLM gives an empty ``tokenized`` no perplexity (bucket all); scoring ``<s> </s>`` gave
+    328.3, the head of CCNet's cutoffs. In a text with words, such a line adds nothing."""
+    from pipeline.steps.lm import train_lm
+
+    sp, lm = load(sample_lms, "de")
+    for text in ("\u200b", "\ufeff\u200b", "\u200b\n\ufeff"):
+        assert normalize(text) and document_perplexity(text, sp, lm) is None, repr(text)
+        assert document_perplexity(text, sp, lm, "per_line") is None, repr(text)
+    words = held_out_docs("de")[0].split("\n")[0]
+    assert document_perplexity(words + "\n\u200b", sp, lm, "per_line") == document_perplexity(words, sp, lm, "per_line")
+    (tmp_path / "invisible.txt").write_text("\u200b\n\ufeff\n", encoding="utf-8")  # SentencePiece's trainer aborted
+    with pytest.raises(UserError, match="no character SentencePiece keeps"):  # the process (exit 255)
+        train_lm("de", [str(tmp_path / "invisible.txt")], tmp_path / "lm")
+
+
+def test_perplexity_settings_without_models_and_blank_cutoff_lines(tmp_path):
+    """drop_buckets, max_perplexity, cutoffs or languages set without models: the step does not run,
+    so nothing they ask for happened, silently; now one line. A blank last line in a cutoff.csv
+    (which pandas, CCNet's reader, skips) was refused."""
+    from pipeline.config import load_config
+
+    base = {"input": ["x.warc.wet.gz"], "output": str(tmp_path / "out")}
+    with pytest.raises(UserError, match="max_perplexity set without perplexity.models"):
+        load_config(None, base, ["perplexity.max_perplexity=100"])
+    with pytest.raises(UserError, match="languages set without perplexity.models"):
+        load_config(None, base, ["perplexity.languages=[de]"])
+    original = (CCNET / "data" / "cutoff.csv").read_text()
+    (tmp_path / "blank.csv").write_text(original + "\n")
+    assert read_cutoffs(str(tmp_path / "blank.csv")) == read_cutoffs(str(CCNET / "data" / "cutoff.csv"))

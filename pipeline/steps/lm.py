@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Iterable
@@ -155,7 +156,7 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
     with tempfile.TemporaryDirectory(prefix=f"lm-{lang}-") as tmp_name:
         tmp = Path(tmp_name)
         normalized = tmp / "normalized.txt"
-        lines = longest = 0
+        lines = longest = visible = 0
         with open(normalized, "w", encoding="utf-8") as f:
             for line in read_lines(texts):
                 norm = normalize(line)
@@ -163,8 +164,12 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
                     f.write(norm + "\n")
                     lines += 1
                     longest = max(longest, len(norm.encode("utf-8")))
+                    visible = visible or any(unicodedata.category(c) not in ("Cf", "Cc", "Zs") for c in norm)
         if lines == 0:
             raise UserError(f"{lang}: the reference text has no non-empty line ({', '.join(texts)})")
+        if not visible:  # SentencePiece's trainer would end the process (no character to learn)
+            raise UserError(f"{lang}: the reference text has no character SentencePiece keeps, only invisible ones "
+                            f"such as zero-width spaces ({', '.join(texts)})")
         vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, threads, longest)
         import sentencepiece as spm
 

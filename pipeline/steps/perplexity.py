@@ -40,22 +40,26 @@ def perplexity(log10_score: float, length: int) -> float:
     return round(10.0 ** (-log10_score / length), 1)
 
 
-def score_normalized(normalized: str, sp: Any, lm: Any) -> tuple[float, int]:
-    """(KenLM log10 score, number of pieces + 1) of one already normalized sequence."""
+def score_normalized(normalized: str, sp: Any, lm: Any) -> tuple[float, int] | None:
+    """(KenLM log10 score, number of pieces + 1) of one already normalized sequence, or None where
+    SentencePiece keeps none of it (zero-width spaces or byte-order marks alone: CCNet's ``DocLM``
+    gives an empty ``tokenized`` no perplexity; scoring ``<s> </s>`` put such a page in head)."""
     tokenized = " ".join(sp.encode(normalized, out_type=str))
+    if not tokenized:
+        return None
     return lm.score(tokenized), len(tokenized.split()) + 1
 
 
 def document_perplexity(text: str, sp: Any, lm: Any, mode: str = "document") -> float | None:
-    """The document's perplexity, or None when nothing is left to score after normalization."""
+    """The document's perplexity, or None when nothing is left to score after normalization and
+    SentencePiece (bucket ``all``, as CCNet leaves it)."""
     lines = [text] if mode == "document" else text.split("\n")
     total, length = 0.0, 0
     for line in lines:
         normalized = normalize(line)
-        if not normalized:
-            continue
-        score, n = score_normalized(normalized, sp, lm)
-        total, length = total + score, length + n
+        scored = score_normalized(normalized, sp, lm) if normalized else None
+        if scored is not None:
+            total, length = total + scored[0], length + scored[1]
     return perplexity(total, length) if length else None
 
 
@@ -117,7 +121,8 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
     our releases before 2026-11) are read too."""
     try:
         with fs.open_read(path) as f:
-            rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8")))
+            rows = [row for row in csv.reader(io.TextIOWrapper(f, encoding="utf-8")) if row]  # blank lines
+            # skipped, as pandas (CCNet's reader) skips them
     except IsADirectoryError:
         raise UserError(f"perplexity.cutoffs {path}: a folder, not a file") from None
     except OSError:
@@ -202,6 +207,12 @@ class PerplexityConfig:
         for value in self.drop_buckets:
             if value not in (*BUCKETS, "all"):
                 raise UserError(f"drop_buckets holds {value!r}; buckets are {', '.join(BUCKETS)}, all")
+        if self.models is None:  # the step does not run: what it was asked to do would silently not happen
+            asked = [f.name for f in dataclasses.fields(self) if f.name != "models" and getattr(self, f.name) !=
+                     (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)]
+            if asked:
+                raise UserError(f"{', '.join(asked)} set without perplexity.models: the step does not run without "
+                                "models (set models, or remove them)")
 
 
 class PerplexityScorer(Step):
