@@ -122,21 +122,24 @@ def test_vietnamese_words_leave_no_model_file_in_a_process_that_ends_without_tea
 
 
 def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
-    """A byte-order mark, indented comments, blank-looking lines, upper case and internationalized
-    domains; words with no ASCII letter (a list in another script): left out and said (as the empty
+    """A byte-order mark, indented comments, blank-looking lines, upper case (in the list and in the
+    URL's host) and internationalized domains (UTS 46, as URLs carry them); words with no ASCII letter (a list in another script): left out and said (as the empty
     word, datatrove's reading, they blocked every URL ending in /); a line that is not UTF-8: its number."""
     domains, words = tmp_path / "domains.txt", tmp_path / "words.txt"
-    domains.write_bytes("\ufeffbad.com\n   \n  # adult sites\nEvil.COM\nbücher.de\n".encode("utf-8"))
+    domains.write_bytes("\ufeffbad.com\n   \n  # adult sites\nEvil.COM\nbücher.de\nstraße.de\n".encode("utf-8"))
     words.write_text("casino\nпорно\n----\n", encoding="utf-8")
     step = UrlFilter(UrlFilterConfig(domains=str(domains), banned_words=str(words)))
     step.prepare()
     assert "2 entries without an ASCII letter or digit (e.g. 'порно') can never match" in capsys.readouterr().err
-    assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de"}
+    assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de", "straße.de", "xn--strae-oqa.de"}
     assert step.lists["banned_words"] == {"casino"}
     for url, reason in (("http://bad.com/x", "domain"), ("http://evil.com/", "domain"),
                         ("http://xn--bcher-kva.de/", "domain"), ("http://example.com/", None),
                         ("https://wikipedia.org/wiki/Paris/", None), ("http://192.168.1.1/page", None),
-                        ("http://a.org/casino/", "hard_blacklisted")):
+                        ("http://a.org/casino/", "hard_blacklisted"),
+                        # IDNA 2008 as URLs carry it (Python's IDNA 2003 codec made straße.de strasse.de,
+                        ("http://xn--strae-oqa.de/", "domain"), ("http://strasse.de/", None),  # another domain)
+                        ("http://EVIL.com/", "domain"), ("http://www.Bad.COM/x", "domain")):  # hosts' case
         assert step.check(url) == reason, url
     words.write_bytes(b"casino\nroulette\ncaf\xe9\n")
     with pytest.raises(UserError, match=rf"^url_filter.banned_words {words}: line 3 is not UTF-8"):

@@ -10,7 +10,9 @@ datatrove 0.10.1's ``URLFilter`` semantics and drop reasons (checked in this ord
   everything but letters and digits removed.
 
 Lists are text files, one entry per line, ``#`` starting a comment line (:func:`read_list`); words
-are lowercased and reduced to letters and digits, domains lowercased. The Public Suffix List is
+are lowercased and reduced to letters and digits, domains lowercased, and so is a URL's host before
+it is compared with them (datatrove compares the host as the URL spells it: ``Example.com`` passed
+its ``example.com``; host names are case-insensitive). The Public Suffix List is
 tldextract's bundled snapshot (no download at run time). Where to get lists: README ("URL filtering").
 """
 from __future__ import annotations
@@ -67,6 +69,8 @@ def read_list(name: str, path: str) -> set[str]:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise UserError(f"url_filter.{name} {path}: line {line} is not UTF-8 ({exc.reason})") from None
+    import idna
+
     entries, unmatchable = set(), []
     for line in (line.strip() for line in text.splitlines()):
         if not line or line.startswith("#"):
@@ -79,9 +83,9 @@ def read_list(name: str, path: str) -> set[str]:
                 unmatchable.append(line)
         elif name == "domains":
             entries.add(line.lower())
-            try:
-                entries.add(line.lower().encode("idna").decode("ascii"))
-            except UnicodeError:  # (not a name IDNA encodes: kept as it is)
+            try:  # UTS 46 / IDNA 2008, as URLs and browsers have it (Python's "idna" codec is IDNA 2003:
+                entries.add(idna.encode(line, uts46=True).decode("ascii"))  # straße.de became strasse.de)
+            except (idna.IDNAError, UnicodeError):  # (not a name IDNA encodes: kept as it is)
                 pass
         else:
             entries.add(line)
@@ -142,10 +146,10 @@ class UrlFilter(Step):
         if not url:
             return "no_url"
         lists = self.lists
-        info = self._extract(url)
-        if info.top_domain_under_public_suffix in lists["domains"]:
+        info = self._extract(url)  # (it keeps the host's case; the lists are lowercased)
+        if info.top_domain_under_public_suffix.lower() in lists["domains"]:
             return "domain"
-        if info.fqdn in lists["domains"]:
+        if info.fqdn.lower() in lists["domains"]:
             return "subdomain"
         if url in lists["urls"]:
             return "url"
