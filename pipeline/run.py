@@ -159,11 +159,12 @@ def recover(final: str, keep: str | None = None) -> list[str]:
 def finish_replacements(final: str) -> list[str]:
     """Finish the replacements of the corpus in ``final`` that killed runs began: a staging folder
     with a commit marker (killed while replacing: its moves are finished, so the new corpus is
-    complete). Nothing else is touched, so a run refused afterwards loses no one's work. Returns
-    the folders handled."""
+    complete), and the DaskRunner task folder its run state names, first (the staging folder's
+    removal takes the state). Nothing else is touched, so a run refused afterwards loses no one's
+    work. Returns the folders handled."""
     handled = []
     for folder in staging_folders(final):
-        marker = fs.join(folder, COMMIT)
+        marker, state = fs.join(folder, COMMIT), fs.join(folder, RUN_STATE)
         if fs.exists(marker):
             if running(folder):  # the corpus is half replaced until that run is done: nothing to build on
                 raise UserError(f"{final}: a run is replacing the corpus there now ({folder}); run again once it "
@@ -176,6 +177,9 @@ def finish_replacements(final: str) -> list[str]:
                 raise UserError(f"{exc}: it lists the moves that replace the corpus in {final} with the one a killed "
                                 f"run completed, so they cannot be finished; restore it, or remove {folder} and "
                                 f"run again with --overwrite (the corpus there may be partly replaced)") from None
+            with contextlib.suppress(UserError):  # a damaged run state: its task folder stays, the moves go on
+                if fs.exists(state) and (tasks := fs.read_json(state).get("task_folder")):
+                    fs.remove_folder(tasks)  # the run's finished tasks: its corpus is complete in the folder
             _apply(folder, final, plan)
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
             handled.append(folder)
