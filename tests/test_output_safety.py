@@ -352,3 +352,30 @@ def test_file_urls_are_local_paths(wet, tmp_path, capsys):
     assert run_cli(*common(wet), "--output", f"file://elsewhere{out}") == 2
     err = capsys.readouterr().err
     assert "a file:// URL of host 'elsewhere'" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_a_killed_runs_lock_naming_another_host_is_abandoned_on_a_local_disk(wet, tmp_path):
+    """A container restarted with another hostname on the same volume: a killed run's lock named the
+    old host, so it was never taken for abandoned and every later run was refused, told to wait.
+    On a local file system a free flock is a dead process's whatever host it names."""
+    if locks.network_fs(str(tmp_path)):
+        pytest.skip("tmp_path is on a network file system, where a lock may be per machine")
+    out = tmp_path / "out"
+    killed = out / f"{STAGING}0123456789ab"
+    killed.mkdir(parents=True)
+    dead = holder(killed)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    (killed / locks.LOCK_FILE).write_text("another-host 4242\n")
+    assert locks.abandoned(str(killed))
+    live = out / f"{STAGING}live"
+    live.mkdir()
+    running = holder(live)
+    try:
+        (live / locks.LOCK_FILE).write_text("another-host 4243\n")
+        assert not locks.abandoned(str(live))  # held: its process goes on, whatever host it names
+    finally:
+        running.kill()
+        running.wait()
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not killed.exists() and not live.exists()
