@@ -26,9 +26,10 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
-from .output.layout import ARTIFACTS, COMMIT, IO_FILE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING, TASK_FOLDER
+from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING,
+                            TASK_FOLDER)
 from .readers import spill
-from .report.corpus_report import build as build_report
+from .report.corpus_report import REPORT_FILES, build as build_report
 from .report.html import preload as preload_report
 from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
@@ -40,21 +41,54 @@ from .util.errors import UserError, contained, step_failure
 LOG = logging.getLogger(__name__)
 
 
-def previous_outputs(output: str) -> list[str]:
-    """Files a run wrote to ``output`` (shards, rejected and removed records, stats, report); the same
-    below a staging folder."""
-    found = [fs.join(output, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(output, name))]
-    found += [p for fmt in ("arrow", "json") for p in layout.shard_files(output, fmt)]
-    found += layout.record_files(output)
-    found += fs.match_optional(output, REPORT, "*")
+def corpus_files(folder: str) -> list[str]:
+    """Files a run writes in a corpus folder (shards, rejected and removed records, stats, report),
+    by the globs of their names: in a staging folder, all of which is the run's, the files a commit moves."""
+    found = [fs.join(folder, name) for name in (*ARTIFACTS, RUN_FILE) if fs.exists(fs.join(folder, name))]
+    found += [p for fmt in ("arrow", "json") for p in layout.shard_files(folder, fmt)]
+    found += layout.record_files(folder)
+    found += fs.match_optional(folder, REPORT, "*")
     return found
+
+
+def previous_outputs(output: str) -> list[str]:
+    """The files of the corpus a run left in ``output``, which a commit replaces: none where no
+    stats.json or run.json is there (a folder of the user's: its ``my_web_crawl.json.gz`` or
+    ``report/thesis.pdf`` only look like a corpus's files), and of the others only those by the
+    names a run gives them (``layout.written_name``, the report's files), so that a file of the
+    user's beside a corpus is never deleted with it."""
+    if not any(fs.exists(fs.join(output, name)) for name in (ARTIFACTS[0], RUN_FILE)):
+        return []
+    report = {f"{REPORT}/{name}" for name in REPORT_FILES}
+    return [path for path in corpus_files(output) if (name := fs.relative(path, output)) in (*ARTIFACTS, RUN_FILE)
+            or name in report or layout.written_name(name)]
+
+
+def foreign_file(output: str) -> str | None:
+    """A file in ``output`` that no run wrote, where it holds no corpus (:func:`previous_outputs`
+    finds none): anything but the staging folders and leases of runs. A run there is refused
+    rather than written beside it: the corpus's shards and report would mix with the user's
+    files, and a later ``--overwrite`` could not tell them apart by name."""
+    def run_made(name: str) -> bool:
+        return name.startswith(STAGING) or name.startswith(LEASE)
+
+    if not fs.is_local(output):
+        return next((p for p in fs.match_optional(output, "**") if not run_made(fs.relative(p, output))), None)
+    for folder, folders, names in os.walk(output):
+        if folder == output:
+            folders[:] = [name for name in folders if not run_made(name)]
+            names = [name for name in names if not run_made(name)]
+        folders.sort()
+        if names:
+            return os.path.join(folder, sorted(names)[0])
+    return None
 
 
 def commit(staging: str, final: str, stale: list[str]) -> None:
     """Replace the corpus in ``final`` by the complete one in ``staging``: first a marker in the
     staging folder lists every move and deletion, then they are done, then the staging folder goes.
     A process killed during the moves leaves the marker, and :func:`recover` finishes the job."""
-    plan = {"moves": [fs.relative(p, staging) for p in previous_outputs(staging)],
+    plan = {"moves": [fs.relative(p, staging) for p in corpus_files(staging)],
             "delete": [fs.relative(p, final) for p in stale]}
     faults.fault_point("POLYGLOT_FAULT", "commit", 0)
     fs.write_json(fs.join(staging, COMMIT), plan)
@@ -125,11 +159,12 @@ def recover(final: str, keep: str | None = None) -> list[str]:
 def finish_replacements(final: str) -> list[str]:
     """Finish the replacements of the corpus in ``final`` that killed runs began: a staging folder
     with a commit marker (killed while replacing: its moves are finished, so the new corpus is
-    complete). Nothing else is touched, so a run refused afterwards loses no one's work. Returns
-    the folders handled."""
+    complete), and the DaskRunner task folder its run state names, first (the staging folder's
+    removal takes the state). Nothing else is touched, so a run refused afterwards loses no one's
+    work. Returns the folders handled."""
     handled = []
     for folder in staging_folders(final):
-        marker = fs.join(folder, COMMIT)
+        marker, state = fs.join(folder, COMMIT), fs.join(folder, RUN_STATE)
         if fs.exists(marker):
             if running(folder):  # the corpus is half replaced until that run is done: nothing to build on
                 raise UserError(f"{final}: a run is replacing the corpus there now ({folder}); run again once it "
@@ -142,6 +177,9 @@ def finish_replacements(final: str) -> list[str]:
                 raise UserError(f"{exc}: it lists the moves that replace the corpus in {final} with the one a killed "
                                 f"run completed, so they cannot be finished; restore it, or remove {folder} and "
                                 f"run again with --overwrite (the corpus there may be partly replaced)") from None
+            with contextlib.suppress(UserError):  # a damaged run state: its task folder stays, the moves go on
+                if fs.exists(state) and (tasks := fs.read_json(state).get("task_folder")):
+                    fs.remove_folder(tasks)  # the run's finished tasks: its corpus is complete in the folder
             _apply(folder, final, plan)
             LOG.warning("%s: finished replacing the corpus with the one a killed run had completed", final)
             handled.append(folder)
@@ -403,6 +441,9 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     stale = [] if build_only else previous_outputs(cfg.output)
     if stale and not overwrite:
         raise UserError(f"output {cfg.output} already holds a corpus ({len(stale)} files); pass --overwrite to replace it")
+    if not build_only and not stale and (foreign := foreign_file(cfg.output)):
+        raise UserError(f"output {cfg.output}: the folder holds {foreign}, which pipeline run did not write, and no "
+                        "corpus (no stats.json or run.json); give a new or empty folder")
     final, dask = cfg.output, cfg.runner in DASK_NAMES
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
         staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
@@ -412,7 +453,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = fs.read_json(fs.join(staging, RUN_STATE), ("task_folder",)) if continued else {
                 "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
-            fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
+            if not continued:  # a resumed run's state is as it was: rewritten, a bucket lost it for a moment
+                fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
             flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
             cfg = dataclasses.replace(cfg, beam_options=[*cfg.beam_options, *flags])

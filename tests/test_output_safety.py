@@ -132,6 +132,36 @@ def test_a_corpus_written_by_another_run_meanwhile_is_replaced_whole_or_kept(wet
     assert not theirs.exists() and json.loads((out / "stats.json").read_text())["counters"]
 
 
+def test_overwrite_never_deletes_a_users_files_that_only_look_like_a_corpus(wet, tmp_path, capsys):
+    """A folder holding only ``report/thesis.pdf`` and ``my_web_crawl.json.gz`` was taken for a corpus
+    (the globs ``report/*`` and ``*_*_*.json.gz``), and ``--overwrite`` deleted both. Without a
+    stats.json or run.json nothing there is a run's: the run is one line and the files stay. Beside
+    a corpus, only the files by the names a run gives are replaced."""
+    out = tmp_path / "out"
+    (out / "report").mkdir(parents=True)
+    users = {out / "report" / "thesis.pdf": b"%PDF thesis", out / "my_web_crawl.json.gz": b"my crawl"}
+    for path, data in users.items():
+        path.write_bytes(data)
+    capsys.readouterr()
+    assert run_cli(*common(wet), "--output", str(out), "--overwrite") == 2
+    err = capsys.readouterr().err
+    assert f"output {out}: the folder holds {out / 'my_web_crawl.json.gz'}, which pipeline run did not write" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert all(path.read_bytes() == data for path, data in users.items())
+    assert sorted(p.name for p in out.iterdir()) == ["my_web_crawl.json.gz", "report"]
+    corpus = tmp_path / "corpus"
+    assert run_cli(*common(wet), "--output", str(corpus)) == 0
+    beside = {corpus / "report" / "thesis.pdf": b"%PDF thesis", corpus / "my_web_crawl.json.gz": b"my crawl",
+              corpus / "rejected" / "notes.txt": b"notes"}
+    for path, data in beside.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+    before = all_digests(corpus)
+    assert run_cli(*common(wet), "--output", str(corpus), "--overwrite") == 0
+    assert all(path.read_bytes() == data for path, data in beside.items())
+    assert all_digests(corpus) == before
+
+
 def test_json_shards_are_the_same_bytes_run_after_run(wet, tmp_path):
     """gzip wrote the temporary file's random name into every JSON shard's header."""
     digests = []
@@ -322,3 +352,30 @@ def test_file_urls_are_local_paths(wet, tmp_path, capsys):
     assert run_cli(*common(wet), "--output", f"file://elsewhere{out}") == 2
     err = capsys.readouterr().err
     assert "a file:// URL of host 'elsewhere'" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_a_killed_runs_lock_naming_another_host_is_abandoned_on_a_local_disk(wet, tmp_path):
+    """A container restarted with another hostname on the same volume: a killed run's lock named the
+    old host, so it was never taken for abandoned and every later run was refused, told to wait.
+    On a local file system a free flock is a dead process's whatever host it names."""
+    if locks.network_fs(str(tmp_path)):
+        pytest.skip("tmp_path is on a network file system, where a lock may be per machine")
+    out = tmp_path / "out"
+    killed = out / f"{STAGING}0123456789ab"
+    killed.mkdir(parents=True)
+    dead = holder(killed)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    (killed / locks.LOCK_FILE).write_text("another-host 4242\n")
+    assert locks.abandoned(str(killed))
+    live = out / f"{STAGING}live"
+    live.mkdir()
+    running = holder(live)
+    try:
+        (live / locks.LOCK_FILE).write_text("another-host 4243\n")
+        assert not locks.abandoned(str(live))  # held: its process goes on, whatever host it names
+    finally:
+        running.kill()
+        running.wait()
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not killed.exists() and not live.exists()

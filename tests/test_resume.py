@@ -198,3 +198,28 @@ def test_a_relative_temp_location_resumes_from_another_folder(sample, tmp_path):
     tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
     assert tasks["run"] == 0 and tasks["reused"] == tasks["total"] > 0
     assert not list((first / "tmp").glob("polyglot-run-*")) and not list(second.glob("tmp/polyglot-run-*"))
+
+
+def test_a_run_killed_during_its_moves_leaves_no_task_folder_once_the_next_run_finishes_them(sample, tmp_path):
+    """Killed during its commit's moves, a run's staging folder (with its run state, which names the
+    task folder) was removed by the next run as it finished the moves, but its task folder stayed."""
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    config = ["--input", wet, "--set", "beam_options=[]", "--set", "steps=[dedup, lid]", "--runner", "DaskRunner",
+              "--dask_num_workers", "1"]
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    proc = run_cli(config, out, temp, fault="replace@2")
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("fault point"):
+            break
+    else:
+        pytest.fail(f"the run ended (rc {proc.wait()}) before its moves")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    [staging] = out.glob(f"{STAGING}*")
+    assert [Path(json.loads((staging / RUN_STATE).read_text())["task_folder"])] == list(temp.glob("polyglot-run-*"))
+    again = run_cli(config, out, temp, "--overwrite")
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    assert not list(temp.glob("polyglot-run-*")) and not list(out.glob(f"{STAGING}*"))
+    assert json.loads((out / "stats.json").read_text())["counters"]

@@ -594,3 +594,45 @@ def test_a_killed_copiers_partial_model_copy_is_removed_and_a_live_ones_kept(s3_
         os.utime(partial, (time.time() - 2 * 3600, time.time() - 2 * 3600))
     assert fs.local_copy("s3://polyglot/models/lid.176.ftz", tmp_path) == copy
     assert sorted(tmp_path.iterdir()) == sorted([copy, live])
+
+
+def test_a_resumed_run_on_a_bucket_never_leaves_its_run_state_missing(s3_server, sample, tmp_path):
+    """Every ``--resume`` on a bucket wrote the run state again, as a delete then a copy: in the gap
+    a second ``--resume`` found no state and started afresh beside the first, and a kill there lost
+    the run. A resumed run leaves it as it is, and a run state or marker on a bucket is one upload
+    (no temporary object, no delete): in a versioned bucket, the state has one version, and the
+    only delete of it is the staging folder's removal at the end."""
+    import os
+    import signal
+
+    from pipeline.output import lease
+    from pipeline.output.layout import RUN_STATE, STAGING
+
+    client = s3_server.client
+    client.create_bucket(Bucket="versioned")
+    client.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    command = ["run", "--no-progress", "--input", wet, "--set", "beam_options=[]", "--set", "steps=[dedup, lid]",
+               "--runner", "DaskRunner", "--dask_num_workers", "1", "--output", "s3://versioned/corpus",
+               "--temp_location", str(tmp_path / "tmp"), *s3_server.flags]
+    env = {**os.environ, "POLYGLOT_FAULT": "commit@0", "TMPDIR": str(tmp_path)}
+    killed = subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    for line in killed.stderr:
+        if line.startswith("fault point"):
+            break
+    else:
+        pytest.fail(f"the run ended (rc {killed.wait()}) before its commit")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    [held] = [o["Key"] for o in client.list_objects_v2(Bucket="versioned", Prefix="corpus/_lease-")["Contents"]]
+    client.put_object(Bucket="versioned", Key=held,  # its driver killed: as if 120 s had passed
+                      Body=json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
+    assert main([*command, "--resume"]) == 0
+    listed = client.list_object_versions(Bucket="versioned", Prefix=f"corpus/{STAGING}")
+    state = [v for v in listed.get("Versions", []) if v["Key"].endswith(RUN_STATE)]
+    deleted = [m for m in listed.get("DeleteMarkers", []) if m["Key"].endswith(RUN_STATE)]
+    assert len(state) == 1 and len(deleted) == 1, (state, deleted)
+    assert not [v for v in listed.get("Versions", []) if f"{RUN_STATE}.tmp-" in v["Key"] or "_COMMIT.json.tmp-" in v["Key"]]
+    assert not list((tmp_path / "tmp").glob("polyglot-run-*"))

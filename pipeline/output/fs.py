@@ -203,10 +203,17 @@ def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> d
 
 
 def write_json(path: str | Path, obj: Any, compact: bool = False) -> None:
-    """``obj`` as JSON with sorted keys, written whole (:func:`write_atomic`): indented, with a
-    final newline, for people to read, or ``compact`` (ASCII, one line: the runs' many small markers)."""
+    """``obj`` as JSON with sorted keys, written whole: indented, with a final newline, for people to
+    read, or ``compact`` (ASCII, one line: the runs' many small markers). Locally through
+    :func:`write_atomic`; on a bucket in one upload (:func:`put_object`), which replaces an object
+    at once, where write_atomic's rename deletes the old one first (a run state or marker missing
+    meanwhile is a run lost to a reader, or to a kill in the gap)."""
     text = (json.dumps(obj, sort_keys=True) if compact else
             json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    if not is_local(str(path)):
+        check_file(str(path))
+        put_object(str(path), text.encode("utf-8"))
+        return
     write_atomic(str(path), lambda stream: stream.write(text.encode("utf-8")))
 
 
@@ -230,7 +237,9 @@ def exists(path: str) -> bool:
 
 def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write(stream)`` to a temporary name beside ``path``, then rename; a write that
-    fails leaves no temporary file."""
+    fails leaves no temporary file. On a bucket the rename deletes an object at ``path`` first
+    (:func:`_move`): a file a reader may look for while it is replaced goes through
+    :func:`put_object` (:func:`write_json` does), which a failing ``write`` would leave cut short."""
     from apache_beam.io.filesystem import CompressionTypes
 
     check_file(path)

@@ -15,6 +15,8 @@
 """
 from __future__ import annotations
 
+import re
+
 from ..util.errors import UserError
 from . import fs
 
@@ -101,3 +103,14 @@ def removed_folder(step: str) -> str:
 def record_files(output: str) -> list[str]:
     """Every record part file of a corpus folder (rejected/ and removed/<step>/)."""
     return fs.match_optional(output, REJECTED, "part-*") + fs.match_optional(output, REMOVED, "*", "part-*")
+
+
+_WRITTEN = re.compile(r"(lang=[^/]+/bucket=[^/]+/part-\d{5,}\.(arrow|parquet)|[^/]+_[^/_]+_\d{4,}\.json\.gz"
+                      rf"|{REJECTED}/part-\d{{5,}}\.jsonl|{REMOVED}/[^/]+/part-\d{{5,}}\.jsonl)")
+
+
+def written_name(relative: str) -> bool:
+    """Whether a path below a corpus folder (relative, with ``/``) is a shard or record part file
+    by the name a run gives it (:func:`shard_path`, :func:`records_path`): a user's
+    ``my_web_crawl.json.gz`` matches the globs of :func:`shard_files`, not this."""
+    return bool(_WRITTEN.fullmatch(relative))

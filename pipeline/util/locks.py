@@ -49,7 +49,9 @@ def has_lock_file(folder: str) -> bool:
 
 def abandoned(folder: str) -> bool:
     """Whether local ``folder`` is this user's and its lock file (a regular file, not a link) is held
-    by no process and names this host (a network file system may lock per machine only). A folder
+    by no process and, on a network file system (which may lock per machine only), names this
+    host; on a local one a free lock is a dead process's whatever host it names (a container
+    restarted with another hostname on the same volume). A folder
     being made (its lock file empty), another user's, another host's, one without a lock file, or
     one this process holds is not."""
     if folder in _HELD:
@@ -65,11 +67,29 @@ def abandoned(folder: str) -> bool:
             return False
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         owner = os.read(lock, 4096).decode(errors="replace").split()
-        return bool(owner) and owner[0] == socket.gethostname()
+        return bool(owner) and (owner[0] == socket.gethostname() or not network_fs(folder))
     except OSError:  # held: its process goes on
         return False
     finally:
         os.close(lock)
+
+
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "ceph", "glusterfs", "gpfs", "beegfs", "9p", "afs",
+              "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.beegfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs"}
+
+
+def network_fs(folder: str) -> bool:
+    """Whether ``folder`` lies on a file system that other machines share (by ``/proc/self/mounts``:
+    the type of the deepest mount point above it); where that cannot be told, it is taken to."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            table = [line.split()[1:3] for line in mounts if len(line.split()) > 2]
+    except OSError:
+        return True
+    path = os.path.realpath(folder)
+    found = [(point.replace("\\040", " "), kind) for point, kind in table
+             if path == point.replace("\\040", " ") or path.startswith(point.replace("\\040", " ").rstrip("/") + "/")]
+    return not found or max(found, key=lambda pair: len(pair[0]))[1] in NETWORK_FS
 
 
 def _mine(info: os.stat_result, kind: Callable[[int], bool]) -> bool:
