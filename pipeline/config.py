@@ -44,7 +44,7 @@ class WriteConfig:
     schema: str = "polyglot"
     """polyglot (our columns), or ccnet (CCNet's fields: raw_content, language, language_score, title, source_domain, cc_segment, line_ids, ...)."""
     shard_size_mb: float = 256.0
-    """Target uncompressed text size of a shard; the shard count per partition follows from it."""
+    """Target uncompressed text size of a shard (at most 1024: Arrow's string columns hold 2 GiB); the shard count per partition follows from it."""
     removed: bool = False
     """Write every document a step removes, with the reason, to removed/<step>/ (near_dedup adds duplicate_of)."""
 
@@ -124,7 +124,7 @@ CHOICES = {
 }
 RANGES = {
     "read.min_length": (0, None),
-    "write.shard_size_mb": (1e-6, None),
+    "write.shard_size_mb": (1e-6, 1024),  # a shard's text past 2 GiB overflows Arrow's string offsets
     "sampling.alpha": (1e-6, 1.0),
 }
 

@@ -105,7 +105,7 @@ def record_files(output: str) -> list[str]:
     return fs.match_optional(output, REJECTED, "part-*") + fs.match_optional(output, REMOVED, "*", "part-*")
 
 
-_WRITTEN = re.compile(r"(lang=[^/]+/bucket=[^/]+/part-\d{5,}\.(arrow|parquet)|[^/]+_[^/_]+_\d{4,}\.json\.gz"
+_WRITTEN = re.compile(r"(lang=[^/]+/bucket=[^/]+/part-\d{5,}\.(arrow|parquet)|[^/]+_(head|middle|tail|all)_\d{4,}\.json\.gz"
                       rf"|{REJECTED}/part-\d{{5,}}\.jsonl|{REMOVED}/[^/]+/part-\d{{5,}}\.jsonl)")
 
 

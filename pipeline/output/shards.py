@@ -33,7 +33,7 @@ SCHEMA = pa.schema([
 """The corpus schema (``write.schema: polyglot``), also the tables between the pipeline's stages."""
 CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or a function of a table)
     ("url", "url"), ("date_download", "date"), ("digest", "digest"), ("length", "length"),
-    ("nlines", "nlines"), ("source_domain", lambda t: pa.array([urlsplit(u).netloc for u in t.column("url").to_pylist()])),
+    ("nlines", "nlines"), ("source_domain", lambda t: pa.array([_netloc(u) for u in t.column("url").to_pylist()])),
     ("title", "title"), ("raw_content", "text"),
     ("cc_segment", lambda t: pa.array([cc_segment(s) for s in t.column("source").to_pylist()])),
     ("original_nlines", "original_nlines"), ("original_length", "content_length"), ("line_ids", "line_ids"),
@@ -41,6 +41,17 @@ CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or
 ]
 """``write.schema: ccnet``: CCNet's fields, with its meanings (``original_length`` is the record's
 Content-Length in bytes, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
+
+
+def _netloc(url: str | None) -> str:
+    """The host part of ``url`` (CCNet's ``source_domain``); "" for a URL ``urlsplit`` refuses (an
+    unclosed IPv6 bracket: it ended the whole run at its last stage)."""
+    try:
+        return urlsplit(url or "").netloc
+    except ValueError:
+        return ""
+
+
 SORT_KEYS = [(name, "ascending") for name in ("id", "source", "url", "date", "digest", "text")]
 BATCH_ROWS = 1024
 
@@ -174,7 +185,9 @@ def read_shard(path: str) -> pa.Table:
     """Read a shard written by :func:`write_table` (any format)."""
     with fs.open_read(path) as stream:
         if path.endswith(FORMATS["json"]):
-            return pa.Table.from_pylist([json.loads(line) for line in gzip.decompress(stream.read()).splitlines()])
+            rows = [json.loads(line) for line in gzip.decompress(stream.read()).splitlines()]
+            names = list(dict.fromkeys(name for row in rows for name in row))  # every row's: a null field is left
+            return pa.Table.from_pydict({name: [row.get(name) for row in rows] for name in names})  # out of its line
         if path.endswith(FORMATS["parquet"]):
             return pq.read_table(stream)
         return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()
