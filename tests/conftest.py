@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -168,6 +169,19 @@ def warc_record(body: bytes, *, rtype: str = "conversion", uri: str = "https://e
     }
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if v is not None and k not in drop)
     return b"WARC/1.0\r\n" + head.encode() + b"\r\n" + body + b"\r\n\r\n"
+
+
+def kill_at_fault(proc: subprocess.Popen) -> None:
+    """Once a ``pipeline run`` started with ``POLYGLOT_FAULT`` (and ``start_new_session``, its stderr
+    piped) says it reached its fault point, SIGKILL its whole session (a driver killed there)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("fault point"):
+            break
+    else:
+        pytest.fail(f"the run ended (rc {proc.wait()}) before its fault point")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
 
 
 def gz(record: bytes) -> bytes:

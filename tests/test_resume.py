@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import kill_at_fault
 from test_engines import output_digests, planted_corpus
 
 from pipeline.__main__ import main
@@ -183,14 +184,7 @@ def test_a_relative_temp_location_resumes_from_another_folder(sample, tmp_path):
                "--temp_location", "tmp"]
     killed = subprocess.Popen(command, cwd=first, env={**env, "POLYGLOT_FAULT": "commit@0"}, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert killed.stderr is not None
-    for line in killed.stderr:
-        if line.startswith("fault point"):
-            break
-    else:
-        pytest.fail(f"the run ended (rc {killed.wait()}) before its commit")
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=30)
+    kill_at_fault(killed)
     [staging] = out.glob(f"{STAGING}*")
     assert json.loads((staging / RUN_STATE).read_text())["task_folder"].startswith(str(first / "tmp") + "/")
     resumed = subprocess.run([*command, "--resume"], cwd=second, env=env, capture_output=True, text=True, timeout=600)
@@ -208,14 +202,7 @@ def test_a_run_killed_during_its_moves_leaves_no_task_folder_once_the_next_run_f
               "--dask_num_workers", "1"]
     out, temp = tmp_path / "out", tmp_path / "tmp"
     proc = run_cli(config, out, temp, fault="replace@2")
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.startswith("fault point"):
-            break
-    else:
-        pytest.fail(f"the run ended (rc {proc.wait()}) before its moves")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_at_fault(proc)
     [staging] = out.glob(f"{STAGING}*")
     assert [Path(json.loads((staging / RUN_STATE).read_text())["task_folder"])] == list(temp.glob("polyglot-run-*"))
     again = run_cli(config, out, temp, "--overwrite")

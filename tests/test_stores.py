@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import free_port, gz, shard_writes_die_after, warc_record
+from conftest import free_port, gz, kill_at_fault, shard_writes_die_after, warc_record
 
 from pipeline.__main__ import main
 from pipeline.steps.lid import default_model_path
@@ -603,7 +603,6 @@ def test_a_resumed_run_on_a_bucket_never_leaves_its_run_state_missing(s3_server,
     (no temporary object, no delete): in a versioned bucket, the state has one version, and the
     only delete of it is the staging folder's removal at the end."""
     import os
-    import signal
 
     from pipeline.output import lease
     from pipeline.output.layout import RUN_STATE, STAGING
@@ -618,14 +617,7 @@ def test_a_resumed_run_on_a_bucket_never_leaves_its_run_state_missing(s3_server,
     env = {**os.environ, "POLYGLOT_FAULT": "commit@0", "TMPDIR": str(tmp_path)}
     killed = subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert killed.stderr is not None
-    for line in killed.stderr:
-        if line.startswith("fault point"):
-            break
-    else:
-        pytest.fail(f"the run ended (rc {killed.wait()}) before its commit")
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=30)
+    kill_at_fault(killed)
     [held] = [o["Key"] for o in client.list_objects_v2(Bucket="versioned", Prefix="corpus/_lease-")["Contents"]]
     client.put_object(Bucket="versioned", Key=held,  # its driver killed: as if 120 s had passed
                       Body=json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
