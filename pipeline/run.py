@@ -69,16 +69,15 @@ def foreign_file(output: str) -> str | None:
     finds none): anything but the staging folders and leases of runs. A run there is refused
     rather than written beside it: the corpus's shards and report would mix with the user's
     files, and a later ``--overwrite`` could not tell them apart by name."""
-    def run_made(name: str) -> bool:
-        return name.startswith(STAGING) or name.startswith(LEASE)
+    def run_made(name: str) -> bool:  # or nothing of the user's: a hidden file (a desktop's .DS_Store, a
+        base = name.rsplit("/", 1)[-1]  # repository's .gitkeep), a bucket console's "folder" object
+        return name.startswith(STAGING) or name.startswith(LEASE) or not base or base.startswith(".")
 
     if not fs.is_local(output):
         return next((p for p in fs.match_optional(output, "**") if not run_made(fs.relative(p, output))), None)
     for folder, folders, names in os.walk(output):
-        if folder == output:
-            folders[:] = [name for name in folders if not run_made(name)]
-            names = [name for name in names if not run_made(name)]
-        folders.sort()
+        folders[:] = sorted(name for name in folders if not run_made(name))
+        names = [name for name in names if not run_made(name)]
         if names:
             return os.path.join(folder, sorted(names)[0])
     return None

@@ -168,6 +168,7 @@ def test_shard_fields_a_reader_must_survive(tmp_path):
     a line, as CCNet writes them) read back without those columns, so ``pipeline cutoffs`` skipped the
     shard; a shard size past what Arrow's string columns hold overflowed at the write."""
     from pipeline.config import load_config
+    from pipeline.output import layout
     from pipeline.output.shards import docs_to_table, output_table, read_shard, write_table
     from pipeline.util.errors import UserError
 
@@ -179,6 +180,8 @@ def test_shard_fields_a_reader_must_survive(tmp_path):
     write_table(table, str(tmp_path / "en_all_0000.json.gz"), "json")
     back = read_shard(str(tmp_path / "en_all_0000.json.gz"))
     assert back.column("perplexity").to_pylist() == [None, 12.5] and back.column("title").to_pylist() == [None, "T"]
+    (tmp_path / "my_crawl_2024.json.gz").write_bytes(b"a user's file beside the corpus")  # read as a shard before
+    assert layout.shard_files(str(tmp_path), "json") == [str(tmp_path / "en_all_0000.json.gz")]
     with pytest.raises(UserError, match="write.shard_size_mb=4096.0 is out of range"):
         load_config(None, {"input": ["x.warc.wet.gz"], "output": str(tmp_path / "out")}, ["write.shard_size_mb=4096"])
 
@@ -373,6 +376,10 @@ def test_file_urls_are_local_paths(wet, tmp_path, capsys):
     assert run_cli(*common(wet), "--output", f"file://elsewhere{out}") == 2
     err = capsys.readouterr().err
     assert "a file:// URL of host 'elsewhere'" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    from pipeline.output.fs import plain_path  # a glob's ? and a name's # are no query or fragment here
+
+    assert plain_path("file:///data/x-0000?.warc.wet.gz") == "/data/x-0000?.warc.wet.gz"
+    assert plain_path("file://localhost/data/run%20#1/out") == "/data/run #1/out"
 
 
 def test_a_killed_runs_lock_naming_another_host_is_abandoned_on_a_local_disk(wet, tmp_path):

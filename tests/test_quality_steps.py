@@ -126,12 +126,13 @@ def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
     URL's host) and internationalized domains (UTS 46, as URLs carry them); words with no ASCII letter (a list in another script): left out and said (as the empty
     word, datatrove's reading, they blocked every URL ending in /); a line that is not UTF-8: its number."""
     domains, words = tmp_path / "domains.txt", tmp_path / "words.txt"
-    domains.write_bytes("\ufeffbad.com\n   \n  # adult sites\nEvil.COM\nbücher.de\nstraße.de\n".encode("utf-8"))
+    domains.write_bytes("\ufeffbad.com\n   \n  # adult sites\nEvil.COM\nbücher.de\nstraße.de\ni❤.ws\n".encode("utf-8"))
     words.write_text("casino\nпорно\n----\n", encoding="utf-8")
     step = UrlFilter(UrlFilterConfig(domains=str(domains), banned_words=str(words)))
     step.prepare()
     assert "2 entries without an ASCII letter or digit (e.g. 'порно') can never match" in capsys.readouterr().err
-    assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de", "straße.de", "xn--strae-oqa.de"}
+    assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de", "straße.de", "xn--strae-oqa.de",
+                                     "i❤.ws", "xn--i-7iq.ws"}  # (IDNA 2008 refuses it; registered under IDNA 2003)
     assert step.lists["banned_words"] == {"casino"}
     for url, reason in (("http://bad.com/x", "domain"), ("http://evil.com/", "domain"),
                         ("http://xn--bcher-kva.de/", "domain"), ("http://example.com/", None),
@@ -139,7 +140,8 @@ def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
                         ("http://a.org/casino/", "hard_blacklisted"),
                         # IDNA 2008 as URLs carry it (Python's IDNA 2003 codec made straße.de strasse.de,
                         ("http://xn--strae-oqa.de/", "domain"), ("http://strasse.de/", None),  # another domain)
-                        ("http://EVIL.com/", "domain"), ("http://www.Bad.COM/x", "domain")):  # hosts' case
+                        ("http://EVIL.com/", "domain"), ("http://www.Bad.COM/x", "domain"),  # hosts' case
+                        ("http://xn--i-7iq.ws/", "domain")):
         assert step.check(url) == reason, url
     words.write_bytes(b"casino\nroulette\ncaf\xe9\n")
     with pytest.raises(UserError, match=rf"^url_filter.banned_words {words}: line 3 is not UTF-8"):

@@ -48,13 +48,12 @@ def plain_path(path: str) -> str:
     ``--output=~/corpus`` as it is); a store path as it is. One error line for a ``file://`` URL
     of another host."""
     if path[:7].lower() == "file://":
-        from urllib.parse import urlsplit
         from urllib.request import url2pathname
 
-        url = urlsplit(path)
-        if url.netloc not in ("", "localhost"):
-            raise UserError(f"{path}: a file:// URL of host {url.netloc!r}; give a path on this machine")
-        return url2pathname(url.path) or "/"
+        host, _, rest = path[7:].partition("/")  # (not urlsplit: a glob's ? and a name's # are no query
+        if host not in ("", "localhost"):        # or fragment here)
+            raise UserError(f"{path}: a file:// URL of host {host!r}; give a path on this machine")
+        return url2pathname("/" + rest)
     return path if "://" in path else os.path.expanduser(path)
 
 

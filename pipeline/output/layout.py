@@ -65,8 +65,9 @@ def shard_pattern(output: str, fmt: str) -> str:
 
 def shard_files(output: str, fmt: str = "arrow") -> list[str]:
     """The shards of a corpus folder in format ``fmt`` (``lang=*/bucket=*/part-*`` for Arrow and
-    Parquet), sorted."""
-    return fs.match_optional(output, *shard_glob(fmt))
+    Parquet), sorted: the files by the names a run gives them (:func:`written_name`; a user's
+    ``my_crawl_2024.json.gz`` beside a JSON corpus matches the glob, and was counted and read as one)."""
+    return [path for path in fs.match_optional(output, *shard_glob(fmt)) if written_name(fs.relative(path, output))]
 
 
 def missing_shards(output: str) -> str | None:
@@ -83,7 +84,7 @@ def missing_shards(output: str) -> str | None:
         return None
     if fmt not in FORMATS:
         return None
-    found = len([p for p in shard_files(output, fmt) if p.endswith(FORMATS[fmt])])  # not a writer's temporary file
+    found = len([p for p in shard_files(output, fmt) if p.endswith(FORMATS[fmt])])
     if found >= expected:
         return None
     return (f"{expected - found} of the {expected} shards {stats_path} counts are missing ({found} found under "

@@ -49,6 +49,10 @@ HTTP_HEAD_END = re.compile(rb"\r?\n\r?\n")
 CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")
 CODING_ALIASES = {"x-gzip": "gzip"}
 """HTTP content codings under another name (RFC 9110: x-gzip is gzip)."""
+CODINGS = {"gzip", "x-gzip", "deflate", "br", "zstd", "compress", "x-compress", "dcb", "dcz", "exi", "pack200-gzip",
+           "aes128gcm"}
+"""IANA's HTTP content codings: a body in one this reader cannot undo is dropped (its bytes are no
+text); any other label is taken for a server's mistake and the body kept as it is."""
 
 ReadResult = Union[Document, Drop, Note, Rejected]
 
@@ -567,8 +571,9 @@ def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]
     """The payload of an HTTP body and notes, or a Drop: de-chunked where ``Transfer-Encoding``
     says so (:func:`_dechunk`; broken chunking is taken as it is, noted), then each
     ``Content-Encoding`` undone, the last applied first (gzip and its alias x-gzip, deflate with or
-    without its zlib header, br where brotli is installed, zstd where zstandard is). A coding this
-    cannot undo drops the record (``skipped_content_encoding``): its bytes are no text. A body that
+    without its zlib header, br where brotli is installed, zstd where zstandard is). A registered
+    coding this cannot undo drops the record (``skipped_content_encoding``): its bytes are no text;
+    a label that is no coding (``utf-8``) is passed over, noted, as browsers pass over it. A body that
     is not in its declared coding from its first byte on is taken as it is, as warcio takes it (a
     server that labels a plain page gzip); one that breaks partway keeps what was decoded, noted."""
     notes = []
@@ -579,8 +584,11 @@ def _http_body(body: bytes, headers: dict[str, str]) -> tuple[bytes, list[Note]]
     codings = [c.strip() for c in headers.get("content-encoding", "").split(",")]
     for coding in reversed([c for c in codings if c not in ("", "identity")]):
         undone = _undo(CODING_ALIASES.get(coding, coding), body)
-        if undone is None:
+        if undone is None and coding in CODINGS:
             return Drop("skipped_content_encoding")
+        if undone is None:  # not a content coding at all (utf-8, none, binary: servers send such), as browsers
+            notes.append(Note("http_content_encoding_unknown"))  # pass over it
+            continue
         decoded, complete = undone
         if not decoded and not complete:
             notes.append(Note("http_content_encoding_not_applied"))

@@ -8,7 +8,8 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    everything else separates them; every run of decimal digits becomes one ``0``, so dates and
    counters do not matter. Word shingles are ``word_ngram`` consecutive words; character shingles
    (``char_ngram`` consecutive word characters, separators dropped) serve scripts written without
-   spaces (:data:`CHAR_SHINGLE_LANGS` under ``shingle: auto``). A document with fewer words
+   spaces (:data:`CHAR_SHINGLE_LANGS` under ``shingle: auto``; under ``scope: global``, texts
+   mostly in their scripts, :data:`UNSPACED`). A document with fewer words
    (characters) than the n-gram size is one shingle; an empty document has none and is never a
    near-duplicate.
 2. **Signatures.** Each shingle is hashed to 32 bits (a polynomial hash of its code points mixed
@@ -55,11 +56,11 @@ from .minhash_datatrove import union_find
 SHINGLES = ("auto", "word", "char")
 SCOPES = ("language", "global")
 CHAR_SHINGLE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"})
+"""Languages (fastText lid.176 labels) written without spaces between words."""
 UNSPACED = ((0x0E00, 0x0EFF), (0x0F00, 0x0FFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF), (0x31F0, 0x31FF),
             (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x20000, 0x323AF))
 """Code points of the scripts of :data:`CHAR_SHINGLE_LANGS`, written without spaces between words:
 Thai and Lao, Tibetan, Myanmar, Khmer, kana, Han."""
-"""Languages (fastText lid.176 labels) written without spaces between words."""
 EMPTY = np.uint32(0xFFFFFFFF)
 """Every position of the signature of a document without shingles (datasketch's empty MinHash)."""
 

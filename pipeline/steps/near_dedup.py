@@ -26,7 +26,7 @@ class NearDupConfig:
     """datasketch (our shingles, datasketch's permutations, LSH with verification, distributed clustering, smallest
     id kept) or datatrove (FineWeb-2's: datatrove's MinhashDedup stages; uses word_ngram, bands, rows, seed and scope only, and refuses the others)."""
     shingle: str = "auto"
-    """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu; word shingles otherwise)."""
+    """word, char, or auto (character shingles for zh, ja, th, lo, km, my, bo, yue, wuu, under scope global for texts mostly in their scripts; word shingles otherwise)."""
     word_ngram: int = 5
     """Words per word shingle."""
     char_ngram: int = 5

@@ -85,8 +85,11 @@ def read_list(name: str, path: str) -> set[str]:
             entries.add(line.lower())
             try:  # UTS 46 / IDNA 2008, as URLs and browsers have it (Python's "idna" codec is IDNA 2003:
                 entries.add(idna.encode(line, uts46=True).decode("ascii"))  # straße.de became strasse.de)
-            except (idna.IDNAError, UnicodeError):  # (not a name IDNA encodes: kept as it is)
-                pass
+            except (idna.IDNAError, UnicodeError):
+                try:  # a name IDNA 2008 refuses and 2003 took (i❤.ws, ☃.net): registered that way
+                    entries.add(line.lower().encode("idna").decode("ascii"))
+                except UnicodeError:  # (not a name IDNA encodes: kept as it is)
+                    pass
         else:
             entries.add(line)
     if unmatchable:

@@ -74,13 +74,17 @@ def abandoned(folder: str) -> bool:
         os.close(lock)
 
 
-NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "ceph", "glusterfs", "gpfs", "beegfs", "9p", "afs",
-              "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.beegfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs"}
+LOCAL_FS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "bcachefs", "jfs", "reiserfs", "tmpfs", "ramfs",
+            "overlay", "vfat", "exfat", "ntfs", "ntfs3", "hfsplus", "apfs"}
+"""File systems of this machine's own disks and memory: a lock one process holds there, every
+process of the machine sees. Any other (NFS, Lustre, a FUSE mount of a bucket, virtiofs, a cluster
+file system, one not known here) is taken to be shared with other machines."""
 
 
 def network_fs(folder: str) -> bool:
-    """Whether ``folder`` lies on a file system that other machines share (by ``/proc/self/mounts``:
-    the type of the deepest mount point above it); where that cannot be told, it is taken to."""
+    """Whether ``folder`` lies on a file system that other machines may share (by ``/proc/self/mounts``:
+    the type of the deepest mount point above it, not one of :data:`LOCAL_FS`); where that cannot be
+    told, it is taken to."""
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
             table = [line.split()[1:3] for line in mounts if len(line.split()) > 2]
@@ -89,7 +93,7 @@ def network_fs(folder: str) -> bool:
     path = os.path.realpath(folder)
     found = [(point.replace("\\040", " "), kind) for point, kind in table
              if path == point.replace("\\040", " ") or path.startswith(point.replace("\\040", " ").rstrip("/") + "/")]
-    return not found or max(found, key=lambda pair: len(pair[0]))[1] in NETWORK_FS
+    return not found or max(found, key=lambda pair: len(pair[0]))[1] not in LOCAL_FS
 
 
 def _mine(info: os.stat_result, kind: Callable[[int], bool]) -> bool:
