@@ -101,6 +101,15 @@ class WriteShard(CountingDoFn):
         yield path
 
 
+TABLE_ROWS = 8192
+"""Rows of the tables :class:`AsTables` makes. Each table is then summed, split by partition and
+stashed, and each of its parts read back, concatenated and sorted into its shard, at a cost per
+table and per part: on half the benchmark's kept documents (23,191, one worker's share at 2
+workers), those write stages took 0.32-0.39 s in tables of 8,192 rows against 0.39-0.48 s in
+tables of 1,024 (3 alternated rounds, BENCHMARKS.md). A table holds 8,192 documents at most (20 MB of
+them on the benchmark) before it is made."""
+
+
 class AsTables(beam.PTransform):
     """Documents -> Arrow tables of up to ``batch_rows`` rows (the corpus schema), each table's rows
     of one ``(lang, bucket)`` together (:func:`~pipeline.output.shards.partitioned_table`).
@@ -110,7 +119,7 @@ class AsTables(beam.PTransform):
     (shards are sorted, statistics are sums).
     """
 
-    def __init__(self, batch_rows: int = shards.BATCH_ROWS) -> None:
+    def __init__(self, batch_rows: int = TABLE_ROWS) -> None:
         super().__init__()
         self.batch_rows = batch_rows
 
