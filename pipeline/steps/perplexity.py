@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import io
 import logging
+import math
 import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -118,7 +119,8 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
 def read_cutoffs(path: str) -> dict[str, list[float]]:
     """A ``cutoff.csv``: a header of languages, then one row per percentile from 0, in the file's
     column order. CCNet's layout (and ours) has percentiles 0..99; files with 0..100 (written by
-    our releases before 2026-11) are read too."""
+    our releases before 2026-11) are read too. Every value is a finite number (:func:`cutoff_value`)
+    and none is below the one before it in its column (a head cutoff above the tail one, say)."""
     try:
         with fs.open_read(path) as f:
             rows = [row for row in csv.reader(io.TextIOWrapper(f, encoding="utf-8")) if row]  # blank lines
@@ -142,10 +144,30 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
             raise UserError(f"{path}: line {number}: expected percentile {number - 2} and {len(langs)} values")
         for lang, value in zip(langs, row[1:]):
             try:
-                cutoffs[lang].append(float(value))
-            except ValueError:
-                raise UserError(f"{path}: line {number}: {value!r} for {lang} is not a number") from None
+                cutoff = cutoff_value(value)
+            except ValueError as exc:
+                raise UserError(f"{path}: line {number}: {value!r} for {lang} {exc}") from None
+            if cutoffs[lang] and cutoff < cutoffs[lang][-1]:
+                raise UserError(f"{path}: line {number}: {value!r} for {lang} is below percentile {number - 3}'s "
+                                f"{exact(cutoffs[lang][-1])} (a percentile is never below the one before it)")
+            cutoffs[lang].append(cutoff)
     return cutoffs
+
+
+def cutoff_value(text: str) -> float:
+    """The perplexity a cutoff.csv cell holds; a ValueError says what is wrong with it. ``nan``,
+    ``inf`` and ``1e400`` (read as pandas, CCNet's reader, reads them: no perplexity is below nan, all
+    are below inf, and the buckets were wrong without a word) are refused, as is ``1_000`` (Python's
+    float reads it; pandas keeps it as text, which CCNet's bucketing fails on)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or "_" in text:
+        raise ValueError("is not a number")
+    if not math.isfinite(value):
+        raise ValueError("is not a finite perplexity")
+    return value
 
 
 def exact(value: float) -> str:
