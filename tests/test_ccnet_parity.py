@@ -15,13 +15,15 @@ import types
 from pathlib import Path
 from typing import Any, Iterator
 
+import kenlm
 import numpy as np
 import pytest
+import sentencepiece as spm
 from conftest import CCNET, SAMPLE, gz, split_reference, warc_record
 
 from pipeline.__main__ import main
 from pipeline.steps.normalize import normalize_for_dedup
-from pipeline.steps.perplexity import write_cutoffs
+from pipeline.steps.perplexity import document_perplexity, write_cutoffs
 from pipeline.output.shards import read_shard
 
 HEADER_BUG = "length = int(headers[8].split()[1])"
@@ -215,6 +217,37 @@ def inputs(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
     for path in sorted((SAMPLE / "wet").glob("*.warc.wet.gz")):
         (folder / path.name).write_bytes(path.read_bytes())
     return folder, planted_files(folder)
+
+
+@pytest.mark.parametrize("lang", ["de", "zh"])
+def test_perplexity_is_ccnets_doclm_in_both_modes(ccnet, sample_lms, lang):
+    """CCNet's MultiSentencePiece and DocLM: on the whole text (``document`` mode, as ``mine`` runs
+    them) and on each line of it, the lines' pieces joined by newlines (``per_line``), where DocLM
+    scores an empty line, or one SentencePiece keeps nothing of, as ``<s> </s>`` of length 1."""
+    sp = spm.SentencePieceProcessor(model_file=str(sample_lms / f"{lang}.sp.model"))
+    lm = kenlm.Model(str(sample_lms / f"{lang}.arpa.bin"))
+    pieces = ccnet.perplexity.MultiSentencePiece({lang: sample_lms / f"{lang}.sp.model"}, field="raw_content",
+                                                 output_field="tokenized", normalize=True)
+    doc_lm = ccnet.perplexity.DocLM({lang: sample_lms / f"{lang}.arpa.bin"}, field="tokenized",
+                                    output_field="perplexity", normalize=False)
+
+    def tokenized(text: str) -> str:
+        return pieces({"raw_content": text, "language": lang})["tokenized"]
+
+    _, held_out = split_reference(lang)
+    texts = ["\n".join(held_out[i:i + 3]) for i in range(0, 30, 3)]
+    texts += [f"{held_out[40]}\n\n{held_out[41]}", f"{held_out[42]}\n \n\t\n", f"\n{held_out[43]}",
+              f"{held_out[44]}\n\u200b\n\ufeff{held_out[45]}", "\u200b\n\ufeff", "\u200b", "\n", "...\n---"]
+    unscored = set()
+    with pieces, doc_lm:
+        for text in texts:
+            for mode, theirs in (("document", tokenized(text)), ("per_line", "\n".join(map(tokenized, text.split("\n"))))):
+                expected = doc_lm({"tokenized": theirs, "language": lang}).get("perplexity")
+                assert document_perplexity(text, sp, lm, mode) == expected, (mode, text)
+                if expected is None:
+                    unscored.add((mode, text))
+    # an empty tokenized text (normalize deletes newlines), and in per_line mode one line of it only
+    assert unscored == {("document", "\u200b"), ("document", "\u200b\n\ufeff"), ("document", "\n"), ("per_line", "\u200b")}
 
 
 @pytest.mark.parametrize("group_files, fmt", [(None, "json"), (3, "arrow")])

@@ -287,15 +287,15 @@ def test_cutoffs_leave_out_a_writers_leftover(tmp_path):
 def test_what_sentencepiece_keeps_nothing_of_has_no_perplexity(sample_lms, tmp_path):
     """Zero-width spaces and byte-order marks survive CCNet's normalization but not SentencePiece's:
     CCNet's DocLM gives an empty ``tokenized`` no perplexity (bucket all); scoring ``<s> </s>`` gave
-    328.3, the head of CCNet's cutoffs. In a text with words, such a line adds nothing."""
+    328.3, the head of CCNet's cutoffs. In ``per_line`` mode a text of two lines is not empty
+    (DocLM scores each line: test_ccnet_parity.py)."""
     from pipeline.steps.lm import train_lm
 
     sp, lm = load(sample_lms, "de")
     for text in ("\u200b", "\ufeff\u200b", "\u200b\n\ufeff"):
         assert normalize(text) and document_perplexity(text, sp, lm) is None, repr(text)
+    for text in ("\u200b", "\ufeff\u200b"):
         assert document_perplexity(text, sp, lm, "per_line") is None, repr(text)
-    words = held_out_docs("de")[0].split("\n")[0]
-    assert document_perplexity(words + "\n\u200b", sp, lm, "per_line") == document_perplexity(words, sp, lm, "per_line")
     (tmp_path / "invisible.txt").write_text("\u200b\n\ufeff\n", encoding="utf-8")  # SentencePiece's trainer aborted
     with pytest.raises(UserError, match="no character SentencePiece keeps"):  # the process (exit 255)
         train_lm("de", [str(tmp_path / "invisible.txt")], tmp_path / "lm")
