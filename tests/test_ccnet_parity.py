@@ -111,6 +111,11 @@ def our_run(tmp: Path, inputs: Path, group_files: int | None, fmt: str, lms: Pat
     assert main(["run", "--no-progress", "--config", PROFILE, "--input", str(inputs / "*.warc.wet.gz"),
                  "--output", str(out), *groups, "--set", f"write.format={fmt}",
                  "--set", f"perplexity.models={lms}", "--set", f"perplexity.cutoffs={cutoffs}"]) == 0
+    return output_rows(out, fmt)
+
+
+def output_rows(out: Path, fmt: str) -> dict[tuple[str, str], dict]:
+    """The documents of a ``write.schema: ccnet`` output, keyed by (url, digest)."""
     if fmt == "json":
         rows = [json.loads(line) for p in sorted(out.glob("*.json.gz")) for line in gzip.open(p, "rt", encoding="utf-8")]
     else:
@@ -248,6 +253,31 @@ def test_perplexity_is_ccnets_doclm_in_both_modes(ccnet, sample_lms, lang):
                     unscored.add((mode, text))
     # an empty tokenized text (normalize deletes newlines), and in per_line mode one line of it only
     assert unscored == {("document", "\u200b"), ("document", "\u200b\n\ufeff"), ("document", "\n"), ("per_line", "\u200b")}
+
+
+@pytest.mark.parametrize("fmt", ["json", "arrow"])
+def test_ccnet_schema_without_dedup_has_ccnets_fields(ccnet, inputs, tmp_path, fmt):
+    """CCNet's reader and LID without its dedup: a document has the reader's ``length``, the record's
+    Content-Length in bytes (it was characters), and no ``original_length``, ``original_nlines`` or
+    ``line_ids`` (those come from CCNet's dedup)."""
+    folder, _ = inputs
+    classifier = ccnet.split_by_lang.Classifier(model=lid_model(), field="raw_content", out_field="language", top=1,
+                                                threshold=0.5)
+    theirs = {}
+    for path in sorted(folder.glob("*.warc.wet.gz")):
+        for doc in classifier.map(ccnet.reader.parse_warc_file(ccnet.jsonql.open_read(path), min_len=300)):
+            if doc:
+                theirs[doc["url"], doc["digest"]] = {**doc, "cc_segment": path.name}
+    out = tmp_path / "ours"
+    assert main(["run", "--no-progress", "--config", PROFILE, "--input", str(folder / "*.warc.wet.gz"), "--output", str(out),
+                 "--set", "steps=[lid]", "--set", f"write.format={fmt}"]) == 0
+    ours = output_rows(out, fmt)
+    assert len(theirs) > 1900 and sorted(ours) == sorted(theirs)
+    for key, doc in theirs.items():
+        mine = ours[key]
+        assert Path(mine.pop("cc_segment")).name == doc.pop("cc_segment")
+        assert mine == {**doc, "bucket": "all"}, key  # bucket: every document's, without the perplexity step
+    assert any(doc["length"] != len(doc["raw_content"]) for doc in theirs.values())
 
 
 @pytest.mark.parametrize("group_files, fmt", [(None, "json"), (3, "arrow")])
