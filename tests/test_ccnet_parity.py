@@ -15,13 +15,15 @@ import types
 from pathlib import Path
 from typing import Any, Iterator
 
+import kenlm
 import numpy as np
 import pytest
+import sentencepiece as spm
 from conftest import CCNET, SAMPLE, gz, split_reference, warc_record
 
 from pipeline.__main__ import main
 from pipeline.steps.normalize import normalize_for_dedup
-from pipeline.steps.perplexity import write_cutoffs
+from pipeline.steps.perplexity import document_perplexity, write_cutoffs
 from pipeline.output.shards import read_shard
 
 HEADER_BUG = "length = int(headers[8].split()[1])"
@@ -109,6 +111,11 @@ def our_run(tmp: Path, inputs: Path, group_files: int | None, fmt: str, lms: Pat
     assert main(["run", "--no-progress", "--config", PROFILE, "--input", str(inputs / "*.warc.wet.gz"),
                  "--output", str(out), *groups, "--set", f"write.format={fmt}",
                  "--set", f"perplexity.models={lms}", "--set", f"perplexity.cutoffs={cutoffs}"]) == 0
+    return output_rows(out, fmt)
+
+
+def output_rows(out: Path, fmt: str) -> dict[tuple[str, str], dict]:
+    """The documents of a ``write.schema: ccnet`` output, keyed by (url, digest)."""
     if fmt == "json":
         rows = [json.loads(line) for p in sorted(out.glob("*.json.gz")) for line in gzip.open(p, "rt", encoding="utf-8")]
     else:
@@ -215,6 +222,62 @@ def inputs(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
     for path in sorted((SAMPLE / "wet").glob("*.warc.wet.gz")):
         (folder / path.name).write_bytes(path.read_bytes())
     return folder, planted_files(folder)
+
+
+@pytest.mark.parametrize("lang", ["de", "zh"])
+def test_perplexity_is_ccnets_doclm_in_both_modes(ccnet, sample_lms, lang):
+    """CCNet's MultiSentencePiece and DocLM: on the whole text (``document`` mode, as ``mine`` runs
+    them) and on each line of it, the lines' pieces joined by newlines (``per_line``), where DocLM
+    scores an empty line, or one SentencePiece keeps nothing of, as ``<s> </s>`` of length 1."""
+    sp = spm.SentencePieceProcessor(model_file=str(sample_lms / f"{lang}.sp.model"))
+    lm = kenlm.Model(str(sample_lms / f"{lang}.arpa.bin"))
+    pieces = ccnet.perplexity.MultiSentencePiece({lang: sample_lms / f"{lang}.sp.model"}, field="raw_content",
+                                                 output_field="tokenized", normalize=True)
+    doc_lm = ccnet.perplexity.DocLM({lang: sample_lms / f"{lang}.arpa.bin"}, field="tokenized",
+                                    output_field="perplexity", normalize=False)
+
+    def tokenized(text: str) -> str:
+        return pieces({"raw_content": text, "language": lang})["tokenized"]
+
+    _, held_out = split_reference(lang)
+    texts = ["\n".join(held_out[i:i + 3]) for i in range(0, 30, 3)]
+    texts += [f"{held_out[40]}\n\n{held_out[41]}", f"{held_out[42]}\n \n\t\n", f"\n{held_out[43]}",
+              f"{held_out[44]}\n\u200b\n\ufeff{held_out[45]}", "\u200b\n\ufeff", "\u200b", "\n", "...\n---"]
+    unscored = set()
+    with pieces, doc_lm:
+        for text in texts:
+            for mode, theirs in (("document", tokenized(text)), ("per_line", "\n".join(map(tokenized, text.split("\n"))))):
+                expected = doc_lm({"tokenized": theirs, "language": lang}).get("perplexity")
+                assert document_perplexity(text, sp, lm, mode) == expected, (mode, text)
+                if expected is None:
+                    unscored.add((mode, text))
+    # an empty tokenized text (normalize deletes newlines), and in per_line mode one line of it only
+    assert unscored == {("document", "\u200b"), ("document", "\u200b\n\ufeff"), ("document", "\n"), ("per_line", "\u200b")}
+
+
+@pytest.mark.parametrize("fmt", ["json", "arrow"])
+def test_ccnet_schema_without_dedup_has_ccnets_fields(ccnet, inputs, tmp_path, fmt):
+    """CCNet's reader and LID without its dedup: a document has the reader's ``length``, the record's
+    Content-Length in bytes (it was characters), and no ``original_length``, ``original_nlines`` or
+    ``line_ids`` (those come from CCNet's dedup)."""
+    folder, _ = inputs
+    classifier = ccnet.split_by_lang.Classifier(model=lid_model(), field="raw_content", out_field="language", top=1,
+                                                threshold=0.5)
+    theirs = {}
+    for path in sorted(folder.glob("*.warc.wet.gz")):
+        for doc in classifier.map(ccnet.reader.parse_warc_file(ccnet.jsonql.open_read(path), min_len=300)):
+            if doc:
+                theirs[doc["url"], doc["digest"]] = {**doc, "cc_segment": path.name}
+    out = tmp_path / "ours"
+    assert main(["run", "--no-progress", "--config", PROFILE, "--input", str(folder / "*.warc.wet.gz"), "--output", str(out),
+                 "--set", "steps=[lid]", "--set", f"write.format={fmt}"]) == 0
+    ours = output_rows(out, fmt)
+    assert len(theirs) > 1900 and sorted(ours) == sorted(theirs)
+    for key, doc in theirs.items():
+        mine = ours[key]
+        assert Path(mine.pop("cc_segment")).name == doc.pop("cc_segment")
+        assert mine == {**doc, "bucket": "all"}, key  # bucket: every document's, without the perplexity step
+    assert any(doc["length"] != len(doc["raw_content"]) for doc in theirs.values())
 
 
 @pytest.mark.parametrize("group_files, fmt", [(None, "json"), (3, "arrow")])

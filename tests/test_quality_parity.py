@@ -9,6 +9,8 @@ PII and symbol-line removal. A wrong number in the profile, or a semantic differ
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from pipeline.config import load_config
@@ -137,6 +139,53 @@ def test_url_filter_decides_as_datatrove(tmp_path, pages: list[str]) -> None:
         assert step.check(url) == expected, url
         reasons.add(expected)
     assert reasons >= {None, "domain", "subdomain", "url", "hard_blacklisted", "soft_blacklisted", "blacklisted_subword"}
+
+
+def test_url_list_files_are_read_as_datatrove_reads_them(tmp_path) -> None:
+    """Datatrove's URLFilter reading the same files (as it reads its own lists, a line each): a
+    ``#`` makes a comment only as a line's first character, so an indented ``  # roulette night`` is
+    the word ``roulettenight``; lines end at ``\\n``, ``\\r\\n`` and ``\\r`` only (a form feed or
+    U+2028 is inside an entry). The case of a URL's words counts for banned words in both (the lists
+    are lowercased, the URL's words are not); banned sub-words are matched in the lowercased URL."""
+    from datatrove.pipeline.filters import URLFilter
+    from tldextract import TLDExtract
+
+    from pipeline.steps.url_filter import UrlFilter, UrlFilterConfig
+
+    lists = {"domains": "# a comment\n  # indented.example\nblocked.org\r\nalso.net\rthird.org\n\tfourth.org \n"
+                        "fifth.org\x0csixth.org\nseventh.org\u2028eighth.org\n",
+             "urls": "  #https://exact.net/p\nhttps://exact.net/q\r\n",
+             "banned_words": "# casino\n  # roulette night\npoker\r\nslots\x85bingo\n",
+             "banned_subwords": " #porn\nxxx\n", "soft_banned_words": "\t#free\nbonus\rwin\n"}
+    for name, text in lists.items():
+        (tmp_path / name).write_bytes(text.encode("utf-8"))
+    step = UrlFilter(UrlFilterConfig(**{name: str(tmp_path / name) for name in lists}))
+    step.prepare()
+    with contextlib.ExitStack() as stack:
+        files = {name: stack.enter_context(open(tmp_path / name, encoding="utf-8")) for name in lists}
+        theirs = URLFilter(extra_domains=files["domains"], extra_urls=files["urls"], banned_words=files["banned_words"],
+                           banned_subwords=files["banned_subwords"], soft_banned_words=files["soft_banned_words"],
+                           use_integrated_lists=False)
+    theirs.tldextractor = TLDExtract(suffix_list_urls=(), cache_dir=None)  # offline, as ours
+    assert step.lists["banned_words"] == theirs.banned_words == {"roulettenight", "poker", "slotsbingo"}
+    assert step.lists["soft_banned_words"] == theirs.soft_banned_words == {"free", "bonus", "win"}
+    assert step.lists["banned_subwords"] == theirs.banned_subwords == {"porn", "xxx"}
+    assert step.lists["urls"] == theirs.block_listed_url
+    assert step.lists["domains"] >= theirs.block_listed_domains  # (ours adds IDNA forms, none here)
+    urls = ["https://blocked.org/", "https://also.net/", "https://third.org/", "https://www.fourth.org/", "https://fifth.org/",
+            "https://sixth.org/", "https://eighth.org/", "https://indented.example/", "https://exact.net/p", "https://exact.net/q",
+            "https://x.org/casino", "https://x.org/roulettenight", "https://x.org/roulette-night", "https://x.org/poker",
+            "https://x.org/POKER", "https://x.org/slots", "https://x.org/bingo", "https://x.org/slotsbingo",
+            "https://x.org/pornstar", "https://x.org/PORNSTAR", "https://x.org/free-bonus", "https://x.org/FREE-bonus",
+            "https://x.org/bonus-win"]
+    decisions = {}
+    for url in urls:
+        result = theirs.filter(Document(text="x", id="x", metadata={"url": url}))
+        decisions[url] = None if result is True else result[1]
+        assert step.check(url) == decisions[url], url
+    assert decisions["https://x.org/roulettenight"] == "hard_blacklisted" and decisions["https://x.org/POKER"] is None
+    assert decisions["https://x.org/PORNSTAR"] == "blacklisted_subword" and decisions["https://x.org/free-bonus"] == "soft_blacklisted"
+    assert decisions["https://third.org/"] == "domain" and decisions["https://sixth.org/"] is None
 
 
 def test_repeated_ngrams_count_as_datatrove_counts_them() -> None:

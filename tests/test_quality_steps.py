@@ -122,7 +122,8 @@ def test_vietnamese_words_leave_no_model_file_in_a_process_that_ends_without_tea
 
 
 def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
-    """A byte-order mark, indented comments, blank-looking lines, upper case (in the list and in the
+    """A byte-order mark, an indented comment (an entry, as datatrove reads it), blank-looking lines (left
+    out: datatrove keeps the empty entry, which blocks every URL with an IP address), upper case (in the list and in the
     URL's host) and internationalized domains (UTS 46, as URLs carry them); words with no ASCII letter (a list in another script): left out and said (as the empty
     word, datatrove's reading, they blocked every URL ending in /); a line that is not UTF-8: its number."""
     domains, words = tmp_path / "domains.txt", tmp_path / "words.txt"
@@ -132,7 +133,8 @@ def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
     step.prepare()
     assert "2 entries without an ASCII letter or digit (e.g. 'порно') can never match" in capsys.readouterr().err
     assert step.lists["domains"] == {"bad.com", "evil.com", "bücher.de", "xn--bcher-kva.de", "straße.de", "xn--strae-oqa.de",
-                                     "i❤.ws", "xn--i-7iq.ws"}  # (IDNA 2008 refuses it; registered under IDNA 2003)
+                                     "i❤.ws", "xn--i-7iq.ws",  # (IDNA 2008 refuses it; registered under IDNA 2003)
+                                     "# adult sites"}
     assert step.lists["banned_words"] == {"casino"}
     for url, reason in (("http://bad.com/x", "domain"), ("http://evil.com/", "domain"),
                         ("http://xn--bcher-kva.de/", "domain"), ("http://example.com/", None),

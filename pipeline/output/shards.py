@@ -31,16 +31,30 @@ SCHEMA = pa.schema([
     ("minhash_cluster_size", pa.int32()),
 ])
 """The corpus schema (``write.schema: polyglot``), also the tables between the pipeline's stages."""
+def _after_dedup(table: pa.Table, deduped: str, read: str | None = None) -> pa.ChunkedArray:
+    """Column ``deduped`` where a row went through dedup (it has ``line_ids``), else column ``read``
+    (as ``deduped``'s type) or null: CCNet's reader gives a document ``length`` (its Content-Length, in
+    bytes) and ``nlines``; its dedup's ``finalize_doc`` adds ``original_length`` (that Content-Length)
+    and ``original_nlines`` and makes ``length`` the characters kept."""
+    column = table.column(deduped)
+    if table.column("line_ids").null_count == 0:  # every row deduplicated (the ccnet profile): as it is
+        return column
+    other = table.column(read).cast(column.type) if read else pa.nulls(len(table), column.type)
+    return pc.if_else(pc.is_valid(table.column("line_ids")), column, other)
+
+
 CCNET_COLUMNS = [  # CCNet's mined documents, in its order: (name, our column or a function of a table)
-    ("url", "url"), ("date_download", "date"), ("digest", "digest"), ("length", "length"),
+    ("url", "url"), ("date_download", "date"), ("digest", "digest"),
+    ("length", lambda t: _after_dedup(t, "length", "content_length")),
     ("nlines", "nlines"), ("source_domain", lambda t: pa.array([_netloc(u) for u in t.column("url").to_pylist()])),
     ("title", "title"), ("raw_content", "text"),
     ("cc_segment", lambda t: pa.array([cc_segment(s) for s in t.column("source").to_pylist()])),
-    ("original_nlines", "original_nlines"), ("original_length", "content_length"), ("line_ids", "line_ids"),
+    ("original_nlines", lambda t: _after_dedup(t, "original_nlines")),
+    ("original_length", lambda t: _after_dedup(t, "content_length")), ("line_ids", "line_ids"),
     ("language", "lang"), ("language_score", "lang_score"), ("perplexity", "perplexity"), ("bucket", "bucket"),
 ]
-"""``write.schema: ccnet``: CCNet's fields, with its meanings (``original_length`` is the record's
-Content-Length in bytes, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
+"""``write.schema: ccnet``: CCNet's fields, with its meanings (``length`` and ``original_length``
+as :func:`_after_dedup` says, ``cc_segment`` the WET file's path from ``crawl-data/``)."""
 
 
 def _netloc(url: str | None) -> str:

@@ -5,7 +5,8 @@ A document's perplexity is computed as CCNet's pipeline does: the whole text goe
 is one sequence), SentencePiece cuts it into pieces, KenLM scores the pieces joined by spaces
 (with <s> and </s>) as one log10 probability, and pp = 10^(-score / (pieces + 1)), rounded to
 0.1. ``per_line`` mode instead normalizes and scores every paragraph separately and divides the
-summed log10 scores by the summed (pieces + 1): CCNet's DocLM over real lines.
+summed log10 scores by the summed (pieces + 1): CCNet's DocLM over real lines, an empty one
+(or one SentencePiece keeps nothing of) counted as ``<s> </s>`` with length 1, as DocLM counts it.
 
 Buckets follow CCNet's ``cutoff.csv`` (PerplexityBucket): head if pp < the language's p<head> percentile (30),
 middle if pp < p<tail> (60), else tail. A language without an LM gets ``all``; so does a
@@ -18,6 +19,7 @@ import csv
 import dataclasses
 import io
 import logging
+import math
 import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,27 +42,18 @@ def perplexity(log10_score: float, length: int) -> float:
     return round(10.0 ** (-log10_score / length), 1)
 
 
-def score_normalized(normalized: str, sp: Any, lm: Any) -> tuple[float, int] | None:
-    """(KenLM log10 score, number of pieces + 1) of one already normalized sequence, or None where
-    SentencePiece keeps none of it (zero-width spaces or byte-order marks alone: CCNet's ``DocLM``
-    gives an empty ``tokenized`` no perplexity; scoring ``<s> </s>`` put such a page in head)."""
-    tokenized = " ".join(sp.encode(normalized, out_type=str))
-    if not tokenized:
-        return None
-    return lm.score(tokenized), len(tokenized.split()) + 1
-
-
 def document_perplexity(text: str, sp: Any, lm: Any, mode: str = "document") -> float | None:
-    """The document's perplexity, or None when nothing is left to score after normalization and
-    SentencePiece (bucket ``all``, as CCNet leaves it)."""
+    """The document's perplexity as CCNet's ``DocLM`` gives it over the ``tokenized`` text (each
+    line normalized, cut into pieces, the pieces joined by spaces, the lines by newlines): every
+    line, an empty one too, adds its KenLM score (``<s> </s>`` alone for an empty one) and its pieces
+    + 1. In ``document`` mode the whole text is one line. None where the tokenized text is empty (a
+    text of one line SentencePiece keeps nothing of: zero-width spaces or byte-order marks alone),
+    to which ``DocLM`` gives no perplexity (bucket ``all``)."""
     lines = [text] if mode == "document" else text.split("\n")
-    total, length = 0.0, 0
-    for line in lines:
-        normalized = normalize(line)
-        scored = score_normalized(normalized, sp, lm) if normalized else None
-        if scored is not None:
-            total, length = total + scored[0], length + scored[1]
-    return perplexity(total, length) if length else None
+    tokenized = [" ".join(sp.encode(normalize(line), out_type=str)) for line in lines]
+    if tokenized == [""]:
+        return None
+    return perplexity(sum(lm.score(line) for line in tokenized), sum(len(line.split()) + 1 for line in tokenized))
 
 
 def model_paths(model_dir: str, lang: str) -> tuple[str, str]:
@@ -118,7 +111,8 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
 def read_cutoffs(path: str) -> dict[str, list[float]]:
     """A ``cutoff.csv``: a header of languages, then one row per percentile from 0, in the file's
     column order. CCNet's layout (and ours) has percentiles 0..99; files with 0..100 (written by
-    our releases before 2026-11) are read too."""
+    our releases before 2026-11) are read too. Every value is a finite number (:func:`cutoff_value`)
+    and none is below the one before it in its column (a head cutoff above the tail one, say)."""
     try:
         with fs.open_read(path) as f:
             rows = [row for row in csv.reader(io.TextIOWrapper(f, encoding="utf-8")) if row]  # blank lines
@@ -142,10 +136,30 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
             raise UserError(f"{path}: line {number}: expected percentile {number - 2} and {len(langs)} values")
         for lang, value in zip(langs, row[1:]):
             try:
-                cutoffs[lang].append(float(value))
-            except ValueError:
-                raise UserError(f"{path}: line {number}: {value!r} for {lang} is not a number") from None
+                cutoff = cutoff_value(value)
+            except ValueError as exc:
+                raise UserError(f"{path}: line {number}: {value!r} for {lang} {exc}") from None
+            if cutoffs[lang] and cutoff < cutoffs[lang][-1]:
+                raise UserError(f"{path}: line {number}: {value!r} for {lang} is below percentile {number - 3}'s "
+                                f"{exact(cutoffs[lang][-1])} (a percentile is never below the one before it)")
+            cutoffs[lang].append(cutoff)
     return cutoffs
+
+
+def cutoff_value(text: str) -> float:
+    """The perplexity a cutoff.csv cell holds; a ValueError says what is wrong with it. ``nan``,
+    ``inf`` and ``1e400`` (read as pandas, CCNet's reader, reads them: no perplexity is below nan, all
+    are below inf, and the buckets were wrong without a word) are refused, as is ``1_000`` (Python's
+    float reads it; pandas keeps it as text, which CCNet's bucketing fails on)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or "_" in text:
+        raise ValueError("is not a number")
+    if not math.isfinite(value):
+        raise ValueError("is not a finite perplexity")
+    return value
 
 
 def exact(value: float) -> str:

@@ -9,7 +9,7 @@ datatrove 0.10.1's ``URLFilter`` semantics and drop reasons (checked in this ord
 - ``blacklisted_subword``: a banned sub-word occurs anywhere in the URL, lowercased, with
   everything but letters and digits removed.
 
-Lists are text files, one entry per line, ``#`` starting a comment line (:func:`read_list`); words
+Lists are text files, one entry per line, a ``#`` first on a line making it a comment (:func:`read_list`); words
 are lowercased and reduced to letters and digits, domains lowercased, and so is a URL's host before
 it is compared with them (datatrove compares the host as the URL spells it: ``Example.com`` passed
 its ``example.com``; host names are case-insensitive). The Public Suffix List is
@@ -18,6 +18,7 @@ tldextract's bundled snapshot (no download at run time). Where to get lists: REA
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 import sys
 from typing import Any
@@ -53,12 +54,16 @@ class UrlFilterConfig:
 
 
 def read_list(name: str, path: str) -> set[str]:
-    """The entries of list ``name`` (a :data:`LISTS` key) in file ``path``: a line each, stripped,
-    a byte-order mark, empty lines and ``#`` comments left out. Domains are lowercased (host names
-    are case-insensitive), an internationalized one kept in both forms (``bücher.de`` and the
-    ``xn--bcher-kva.de`` that URLs carry); words reduced to ASCII letters and digits, lowercased.
-    A word with none of them (``порно``, ``----``) could never be one of a URL's words, and as the
-    empty entry it would block every URL ending in ``/`` (datatrove's reading): left out, and said."""
+    """The entries of list ``name`` (a :data:`LISTS` key) in file ``path``, read as datatrove reads
+    its list files: a line each (ended by ``\\n``, ``\\r\\n`` or ``\\r`` only), stripped; one that
+    begins with ``#`` is a comment (an indented ``  # casino`` is not: it is the word ``casino``).
+    Domains are lowercased (host names are case-insensitive), an internationalized one kept in both
+    forms (``bücher.de`` and the ``xn--bcher-kva.de`` that URLs carry); words reduced to ASCII
+    letters and digits, lowercased. Unlike datatrove, a byte-order mark is left out (datatrove reads
+    in the locale's encoding and keeps it in the first entry), and so is an entry left empty: a blank
+    line, or a word with no ASCII letter or digit (``порно``, ``----``: said). Datatrove keeps the
+    empty entry: as a domain it blocks every URL whose host has no registered domain (an IP address,
+    ``localhost``), as a word every URL ending in ``/``."""
     try:
         with fs.open_read(path) as stream:
             data = stream.read()
@@ -72,8 +77,8 @@ def read_list(name: str, path: str) -> set[str]:
     import idna
 
     entries, unmatchable = set(), []
-    for line in (line.strip() for line in text.splitlines()):
-        if not line or line.startswith("#"):
+    for line in (line.strip() for line in io.StringIO(text, newline=None) if not line.startswith("#")):
+        if not line:
             continue
         if name.endswith("words"):
             word = normalize(line)
