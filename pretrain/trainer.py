@@ -298,9 +298,9 @@ class Trainer:
         except UserError as exc:
             raise UserError(f"{source}: {exc}") from None
         self.model_cfg = load_model_config(cfg.model, overrides={"vocab_size": tokenizer.vocab_size})
-        if cfg.loader.seq_len > self.model_cfg.max_sequence_length:
-            raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum "
-                            f"{self.model_cfg.max_sequence_length}")
+        longest = self.model_cfg.max_sequence_length
+        if longest is not None and cfg.loader.seq_len > longest:
+            raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum {longest}")
         self.ds_config = deepspeed_config(cfg, self.world_size, source)
         self.universal = universal
         if universal:

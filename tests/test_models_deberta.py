@@ -17,12 +17,12 @@ transformers = pytest.importorskip("transformers")
 deberta_v2 = pytest.importorskip("transformers.models.deberta_v2.modeling_deberta_v2")
 
 
-def hf_deberta_config(vocab_size: int, legacy: bool = False, num_labels: int = 2):
+def hf_deberta_config(vocab_size: int, legacy: bool = False, num_labels: int = 2, max_positions: int = 512):
     """mDeBERTa-v3's options (relative attention, c2p|p2c, shared key, LayerNorm'd relative
     embeddings, no absolute positions) at a tiny size; 16 buckets so 100-token rows reach the log range."""
     return transformers.DebertaV2Config(
         vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        max_position_embeddings=512, relative_attention=True, position_buckets=16, max_relative_positions=128,
+        max_position_embeddings=max_positions, relative_attention=True, position_buckets=16, max_relative_positions=128,
         pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
         type_vocab_size=0, layer_norm_eps=1e-7, pad_token_id=1, legacy=legacy, num_labels=num_labels)
 
@@ -50,6 +50,22 @@ def test_mlm_logits_match_hf_on_padded_real_text(tmp_path, legacy):
         loss = ours(masked, attention_mask, labels).loss
     assert (got - expected.logits).abs().max().item() <= 1e-5  # padded positions included
     assert abs(loss.item() - expected.loss.item()) <= 1e-5
+
+
+def test_inputs_longer_than_max_position_embeddings_as_hf(tmp_path):
+    """Relative positions only: HF's DebertaV2 takes rows longer than ``max_position_embeddings``
+    (mDeBERTa-v3-base's 512 included), and so does ours, with the same logits."""
+    torch.manual_seed(3)
+    hf = transformers.DebertaV2ForMaskedLM(hf_deberta_config(sample_spm()[1], max_positions=64)).eval()
+    hf.save_pretrained(tmp_path)
+    cfg, ours = load_hf(tmp_path)
+    assert cfg.max_position_embeddings == 64 and cfg.max_sequence_length is None
+    input_ids, attention_mask = text_batch(2, 100)
+    assert attention_mask.sum(1).max() > 64
+    with torch.no_grad():
+        expected = hf(input_ids=input_ids, attention_mask=attention_mask).logits
+        got = ours.eval().logits(input_ids, attention_mask)
+    assert (got - expected).abs().max().item() <= 1e-5
 
 
 def test_round_trip_ours_hf_ours_is_exact(tmp_path):

@@ -75,11 +75,13 @@ class ModelConfig:
         return self.max_relative_positions if self.max_relative_positions > 0 else self.max_position_embeddings
 
     @property
-    def max_sequence_length(self) -> int:
-        """Longest input the model accepts."""
+    def max_sequence_length(self) -> int | None:
+        """Longest input the model accepts: XLM-R's absolute positions (less the ids RoBERTa's
+        family skips); None for deberta-v3, which has relative positions only (log-bucketed past
+        ``relative_span``), as HF's DebertaV2 with ``position_biased_input`` false takes any length."""
         if self.arch == "xlmr":
             return self.max_position_embeddings - self.pad_token_id - 1
-        return self.max_position_embeddings
+        return None
 
     def generator_config(self) -> "ModelConfig":
         """The RTD generator's config: same width, ``generator_layers`` deep, trained with MLM."""
