@@ -252,6 +252,27 @@ def test_a_delete_in_a_gcs_bucket_takes_its_path_as_a_path(gcs_emulator):
     assert bucket.keys("out") == ["out1/f"]
 
 
+def test_a_file_replaced_in_a_bucket_is_never_missing(bucket, monkeypatch):
+    """A bucket's rename is a copy: the old object was deleted before it, so a reader found no file
+    at the name meanwhile, and a kill in between left none (shards, the report, the commit's moves).
+    The copy replaces the old object at once; the name holds a file at every step of the rename."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs
+
+    fs.configure(PipelineOptions(bucket.flags))
+    bucket.put("corpus/stats.json", b"old")
+    filesystems, seen = fs.beam_filesystems(), []
+    for name in ("delete", "rename"):
+        def step(paths, *rest, real=getattr(filesystems, name)):
+            real(paths, *rest)
+            seen.append("corpus/stats.json" in bucket.keys("corpus/"))
+        monkeypatch.setattr(filesystems, name, step)
+    fs.write_atomic(bucket.url("corpus/stats.json"), lambda stream: stream.write(b"new"))
+    assert bucket.get("corpus/stats.json") == b"new" and bucket.keys("corpus/") == ["corpus/stats.json"]
+    assert seen and all(seen), seen
+
+
 def error_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
