@@ -122,6 +122,23 @@ def running(folder: str) -> bool:
     return not fs.match_optional(folder, "*")
 
 
+def holder(folder: str) -> str:
+    """Who holds staging folder ``folder``, and what to do if that run is gone, for an error line:
+    the host and process its lock (local) or lease (a bucket) names. Without its lock, a local folder
+    with a file at its top is a killed run's (:func:`running`), which the next run removes or
+    ``--resume`` continues; one without must be removed by hand."""
+    if fs.is_local(folder):
+        lock = os.path.join(folder, locks.LOCK_FILE)
+        if (named := locks.owner(lock)) is None:
+            return "remove that folder yourself if no run is writing it"
+        top = [path for path in fs.match_optional(folder, "*") if os.path.basename(path) != locks.LOCK_FILE]
+        return (f"held by process {named[1]} on host {named[0]}; if that process is gone, "
+                f"{f'delete {lock}' if top else f'remove {folder}'} and run again")
+    found = lease.read(lease.lease_path(folder)) or {}
+    by = f"held by process {found['pid']} on host {found['host']}; " if {"host", "pid"} <= found.keys() else ""
+    return f"{by}a killed run's lease expires {lease.EXPIRES_S:.0f} s after its driver's last renewal"
+
+
 def hold_staging(staging: str) -> locks.FolderLock | lease.Lease:
     """This process's hold on staging folder ``staging`` while the run lives, so that no other run
     takes it for one left behind: a lock (``util.locks``) on a local one, whose killed run's lock
@@ -217,10 +234,7 @@ def check_no_other_run(final: str, continued: str | None) -> None:
     live = [folder for folder, _ in unfinished(final) if folder != continued and running(folder)]
     if live:
         raise UserError(f"output {final}: another run is writing it now ({live[0]}); run again once it is done, or "
-                        "give another output" + (" (remove that folder yourself if no run is writing it)"
-                                                 if fs.is_local(live[0]) else
-                                                 f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
-                                                 "driver's last renewal)"))
+                        f"give another output ({holder(live[0])})")
 
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
@@ -249,9 +263,7 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         return None
     folder, state = runs[-1]
     if running(folder):
-        raise UserError(f"--resume: the run in {folder} is still going (its process holds the folder"
-                        + ("" if fs.is_local(folder) else f"; a killed run's lease expires {lease.EXPIRES_S:.0f} s "
-                                                          "after its driver's last renewal") + ")")
+        raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
                         "run without --resume to start afresh (which removes it)")

@@ -407,3 +407,27 @@ def test_a_killed_runs_lock_naming_another_host_is_abandoned_on_a_local_disk(wet
         running.wait()
     assert run_cli(*common(wet), "--output", str(out)) == 0
     assert not killed.exists() and not live.exists()
+
+
+def test_a_lock_naming_another_host_on_a_shared_file_system_is_one_line_naming_it(wet, tmp_path, monkeypatch, capsys):
+    """On a file system other machines share, a free lock naming another host may be a live run's
+    there (a lock may be per machine), so it refuses the run: the line named only the folder, not
+    the host and process to look for, nor what to do once that process is known to be gone."""
+    monkeypatch.setattr(locks, "network_fs", lambda folder: True)  # as on NFS
+    out = tmp_path / "out"
+    theirs = out / f"{STAGING}0123456789ab"
+    (theirs / "lang=en" / "bucket=all").mkdir(parents=True)
+    (theirs / "lang=en" / "bucket=all" / "part-00000.arrow").write_bytes(b"a shard")
+    (theirs / locks.LOCK_FILE).write_text("another-host 4242\n")
+    capsys.readouterr()
+    for top, then in ((None, f"remove {theirs}"), ("stats.json", f"delete {theirs / locks.LOCK_FILE}")):
+        if top:  # a run near its end (or a DaskRunner run's state): without its lock, a killed run's folder
+            (theirs / top).write_text("{}")
+        assert run_cli(*common(wet), "--output", str(out)) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert (f"another run is writing it now ({theirs}); run again once it is done, or give another output (held "
+                f"by process 4242 on host another-host; if that process is gone, {then} and run again)") in err, err
+    (theirs / locks.LOCK_FILE).unlink()  # as the line says
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not theirs.exists()

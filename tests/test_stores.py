@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -173,7 +175,9 @@ def test_a_run_on_a_bucket_is_refused_by_a_live_runs_staging_folder_and_removes_
     try:
         first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
         assert store_run(bucket) == 2
-        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in err
+        assert f"held by process {os.getpid()} on host {socket.gethostname()}; a killed run's lease expires" in err
         assert bucket.keys(theirs) == [f"{theirs}lang=en/bucket=all/part-00000.arrow", f"{theirs}stats.json"]
         assert json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"] > first  # renewed meanwhile
     finally:

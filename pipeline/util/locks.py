@@ -47,6 +47,17 @@ def has_lock_file(folder: str) -> bool:
     return os.path.lexists(os.path.join(folder, LOCK_FILE))
 
 
+def owner(path: str) -> tuple[str, int] | None:
+    """The host and process id that lock file ``path`` names; None where it names none (no lock file,
+    one being made, or not ours)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lock:
+            host, pid = lock.read(4096).split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
 def abandoned(folder: str) -> bool:
     """Whether local ``folder`` is this user's and its lock file (a regular file, not a link) is held
     by no process and, on a network file system (which may lock per machine only), names this
