@@ -26,8 +26,8 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
-from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING,
-                            TASK_FOLDER)
+from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_LOCK, RUN_STATE,
+                            STAGING, TASK_FOLDER)
 from .readers import spill
 from .report.corpus_report import REPORT_FILES, build as build_report
 from .report.html import preload as preload_report
@@ -226,6 +226,29 @@ def remove_unfinished(final: str, keep: set[str]) -> list[str]:
     return handled
 
 
+def another_run(final: str, which: str, then: str = "") -> UserError:
+    """The one error line of a run refused while another run writes output ``final``: ``which`` run
+    (its staging folder, its process), ``then``: what to do if it is gone."""
+    return UserError(f"output {final}: another run is writing it now ({which}); run again once it is done, or give "
+                     f"another output" + (f" ({then})" if then else ""))
+
+
+def take_output(final: str) -> locks.FileLock:
+    """This process's hold on local output folder ``final`` while the run lives, taken before it
+    looks for other runs there (its lock file, :data:`RUN_LOCK`): of two runs that start at once,
+    one goes on and the other is refused in one line (each found no other's staging folder, and
+    the second to finish replaced the first one's corpus)."""
+    Path(final).mkdir(parents=True, exist_ok=True)
+    try:
+        lock = locks.FileLock(os.path.join(final, RUN_LOCK))
+    except OSError as exc:
+        raise UserError(f"output {final}: cannot lock {os.path.join(final, RUN_LOCK)}: {exc.strerror}") from None
+    if not lock.held:
+        named = locks.owner(lock.path)
+        raise another_run(final, f"process {named[1]} on host {named[0]}" if named else "a run that starts now")
+    return lock
+
+
 def check_no_other_run(final: str, continued: str | None) -> None:
     """One error line while another run writes a staging folder in ``final`` (:func:`running`):
     two runs on one output would each replace the corpus, the second only the files it saw at its
@@ -233,8 +256,7 @@ def check_no_other_run(final: str, continued: str | None) -> None:
     for a killed run's damaged run state, before any work (:func:`unfinished`)."""
     live = [folder for folder, _ in unfinished(final) if folder != continued and running(folder)]
     if live:
-        raise UserError(f"output {final}: another run is writing it now ({live[0]}); run again once it is done, or "
-                        f"give another output ({holder(live[0])})")
+        raise another_run(final, live[0], holder(live[0]))
 
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
@@ -445,6 +467,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
+    if not build_only and fs.is_local(cfg.output):  # before the checks for other runs there: with them, at once
+        held_until_done.callback(take_output(cfg.output).release)
     continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
         finish_replacements(cfg.output)
