@@ -271,9 +271,10 @@ def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
 
 
 def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
-    """The staging folder of the unfinished run ``--resume`` continues, or None (none there: a
-    fresh run). One error line if that run had another config or input (``digest``: this run's
-    fingerprint), or if the runner keeps no task outputs."""
+    """The staging folder of the unfinished run ``--resume`` continues, the most recently started
+    (its run state says when), or None (none there: a fresh run). One error line if that run had
+    another config or input (``digest``: this run's fingerprint), if the runner keeps no task
+    outputs, or if of several unfinished runs one does not say when it started (a version before)."""
     if not resume:
         return None
     if cfg.runner not in DASK_NAMES:
@@ -283,7 +284,10 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
     if not runs:
         LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
         return None
-    folder, state = runs[-1]
+    if len(runs) > 1 and not all("started" in state for _, state in runs):
+        raise UserError(f"--resume: {len(runs)} unfinished runs in {cfg.output} ({', '.join(f for f, _ in runs)}), "
+                        "not all of which say when they started; remove those not to continue and run again")
+    folder, state = max(runs, key=lambda run: float(run[1].get("started", 0)))
     if running(folder):
         raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
@@ -487,7 +491,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         cfg = dataclasses.replace(cfg, output=staging)
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = fs.read_json(fs.join(staging, RUN_STATE), ("task_folder",)) if continued else {
-                "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
+                "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1]),
+                "started": time.time()}
             if not continued:  # a resumed run's state is as it was: rewritten, a bucket lost it for a moment
                 fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)

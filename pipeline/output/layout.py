@@ -8,7 +8,7 @@
 <out>/run.json                               what differs between runs (runner, elapsed time, time per part)
 <out>/report/                                the corpus report (HTML, Markdown, PNG)
 <out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
-<out>/_staging-<id>/_run-state.json          its config and input fingerprint, and its DaskRunner task folder
+<out>/_staging-<id>/_run-state.json          its config and input fingerprint, DaskRunner task folder, start time
 <out>/_staging-<id>/_io.json                 the workers' I/O counts (S3 retries), for run.json
 <out>/_lease-<id>.json                       a run's hold on its staging folder in a bucket (``output.lease``)
 <out>/.run.lock                              the live run's hold on a local output (``util.locks.FileLock``)
