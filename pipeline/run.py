@@ -26,8 +26,8 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from .config import CorpusConfig
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
-from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_STATE, STAGING,
-                            TASK_FOLDER)
+from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_LOCK, RUN_STATE,
+                            STAGING, TASK_FOLDER)
 from .readers import spill
 from .report.corpus_report import REPORT_FILES, build as build_report
 from .report.html import preload as preload_report
@@ -122,6 +122,23 @@ def running(folder: str) -> bool:
     return not fs.match_optional(folder, "*")
 
 
+def holder(folder: str) -> str:
+    """Who holds staging folder ``folder``, and what to do if that run is gone, for an error line:
+    the host and process its lock (local) or lease (a bucket) names. Without its lock, a local folder
+    with a file at its top is a killed run's (:func:`running`), which the next run removes or
+    ``--resume`` continues; one without must be removed by hand."""
+    if fs.is_local(folder):
+        lock = os.path.join(folder, locks.LOCK_FILE)
+        if (named := locks.owner(lock)) is None:
+            return "remove that folder yourself if no run is writing it"
+        top = [path for path in fs.match_optional(folder, "*") if os.path.basename(path) != locks.LOCK_FILE]
+        return (f"held by process {named[1]} on host {named[0]}; if that process is gone, "
+                f"{f'delete {lock}' if top else f'remove {folder}'} and run again")
+    found = lease.read(lease.lease_path(folder)) or {}
+    by = f"held by process {found['pid']} on host {found['host']}; " if {"host", "pid"} <= found.keys() else ""
+    return f"{by}a killed run's lease expires {lease.EXPIRES_S:.0f} s after its driver's last renewal"
+
+
 def hold_staging(staging: str) -> locks.FolderLock | lease.Lease:
     """This process's hold on staging folder ``staging`` while the run lives, so that no other run
     takes it for one left behind: a lock (``util.locks``) on a local one, whose killed run's lock
@@ -209,6 +226,29 @@ def remove_unfinished(final: str, keep: set[str]) -> list[str]:
     return handled
 
 
+def another_run(final: str, which: str, then: str = "") -> UserError:
+    """The one error line of a run refused while another run writes output ``final``: ``which`` run
+    (its staging folder, its process), ``then``: what to do if it is gone."""
+    return UserError(f"output {final}: another run is writing it now ({which}); run again once it is done, or give "
+                     f"another output" + (f" ({then})" if then else ""))
+
+
+def take_output(final: str) -> locks.FileLock:
+    """This process's hold on local output folder ``final`` while the run lives, taken before it
+    looks for other runs there (its lock file, :data:`RUN_LOCK`): of two runs that start at once,
+    one goes on and the other is refused in one line (each found no other's staging folder, and
+    the second to finish replaced the first one's corpus)."""
+    Path(final).mkdir(parents=True, exist_ok=True)
+    try:
+        lock = locks.FileLock(os.path.join(final, RUN_LOCK))
+    except OSError as exc:
+        raise UserError(f"output {final}: cannot lock {os.path.join(final, RUN_LOCK)}: {exc.strerror}") from None
+    if not lock.held:
+        named = locks.owner(lock.path)
+        raise another_run(final, f"process {named[1]} on host {named[0]}" if named else "a run that starts now")
+    return lock
+
+
 def check_no_other_run(final: str, continued: str | None) -> None:
     """One error line while another run writes a staging folder in ``final`` (:func:`running`):
     two runs on one output would each replace the corpus, the second only the files it saw at its
@@ -216,11 +256,7 @@ def check_no_other_run(final: str, continued: str | None) -> None:
     for a killed run's damaged run state, before any work (:func:`unfinished`)."""
     live = [folder for folder, _ in unfinished(final) if folder != continued and running(folder)]
     if live:
-        raise UserError(f"output {final}: another run is writing it now ({live[0]}); run again once it is done, or "
-                        "give another output" + (" (remove that folder yourself if no run is writing it)"
-                                                 if fs.is_local(live[0]) else
-                                                 f" (a killed run's lease expires {lease.EXPIRES_S:.0f} s after its "
-                                                 "driver's last renewal)"))
+        raise another_run(final, live[0], holder(live[0]))
 
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
@@ -235,9 +271,10 @@ def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
 
 
 def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
-    """The staging folder of the unfinished run ``--resume`` continues, or None (none there: a
-    fresh run). One error line if that run had another config or input (``digest``: this run's
-    fingerprint), or if the runner keeps no task outputs."""
+    """The staging folder of the unfinished run ``--resume`` continues, the most recently started
+    (its run state says when), or None (none there: a fresh run). One error line if that run had
+    another config or input (``digest``: this run's fingerprint), if the runner keeps no task
+    outputs, or if of several unfinished runs one does not say when it started (a version before)."""
     if not resume:
         return None
     if cfg.runner not in DASK_NAMES:
@@ -247,11 +284,12 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
     if not runs:
         LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
         return None
-    folder, state = runs[-1]
+    if len(runs) > 1 and not all("started" in state for _, state in runs):
+        raise UserError(f"--resume: {len(runs)} unfinished runs in {cfg.output} ({', '.join(f for f, _ in runs)}), "
+                        "not all of which say when they started; remove those not to continue and run again")
+    folder, state = max(runs, key=lambda run: float(run[1].get("started", 0)))
     if running(folder):
-        raise UserError(f"--resume: the run in {folder} is still going (its process holds the folder"
-                        + ("" if fs.is_local(folder) else f"; a killed run's lease expires {lease.EXPIRES_S:.0f} s "
-                                                          "after its driver's last renewal") + ")")
+        raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
                         "run without --resume to start afresh (which removes it)")
@@ -433,6 +471,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
+    if not build_only and fs.is_local(cfg.output):  # before the checks for other runs there: with them, at once
+        held_until_done.callback(take_output(cfg.output).release)
     continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
         finish_replacements(cfg.output)
@@ -451,7 +491,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         cfg = dataclasses.replace(cfg, output=staging)
         if dask:  # a resumed run keeps its task folder, wherever --temp_location or TMPDIR points now
             state = fs.read_json(fs.join(staging, RUN_STATE), ("task_folder",)) if continued else {
-                "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1])}
+                "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1]),
+                "started": time.time()}
             if not continued:  # a resumed run's state is as it was: rewritten, a bucket lost it for a moment
                 fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)

@@ -407,3 +407,64 @@ def test_a_killed_runs_lock_naming_another_host_is_abandoned_on_a_local_disk(wet
         running.wait()
     assert run_cli(*common(wet), "--output", str(out)) == 0
     assert not killed.exists() and not live.exists()
+
+
+def test_a_lock_naming_another_host_on_a_shared_file_system_is_one_line_naming_it(wet, tmp_path, monkeypatch, capsys):
+    """On a file system other machines share, a free lock naming another host may be a live run's
+    there (a lock may be per machine), so it refuses the run: the line named only the folder, not
+    the host and process to look for, nor what to do once that process is known to be gone."""
+    monkeypatch.setattr(locks, "network_fs", lambda folder: True)  # as on NFS
+    out = tmp_path / "out"
+    theirs = out / f"{STAGING}0123456789ab"
+    (theirs / "lang=en" / "bucket=all").mkdir(parents=True)
+    (theirs / "lang=en" / "bucket=all" / "part-00000.arrow").write_bytes(b"a shard")
+    (theirs / locks.LOCK_FILE).write_text("another-host 4242\n")
+    capsys.readouterr()
+    for top, then in ((None, f"remove {theirs}"), ("stats.json", f"delete {theirs / locks.LOCK_FILE}")):
+        if top:  # a run near its end (or a DaskRunner run's state): without its lock, a killed run's folder
+            (theirs / top).write_text("{}")
+        assert run_cli(*common(wet), "--output", str(out)) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert (f"another run is writing it now ({theirs}); run again once it is done, or give another output (held "
+                f"by process 4242 on host another-host; if that process is gone, {then} and run again)") in err, err
+    (theirs / locks.LOCK_FILE).unlink()  # as the line says
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    assert not theirs.exists()
+
+
+TOGETHER = """import os, sys, time
+from pipeline import run
+from pipeline.__main__ import main
+
+barrier, fingerprint = sys.argv[1], run.fingerprint
+
+
+def at_the_barrier(*args):  # both runs look for other runs on the output at the same moment
+    digest = fingerprint(*args)
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    while len(os.listdir(barrier)) < 2:
+        time.sleep(0.001)
+    return digest
+
+
+run.fingerprint = at_the_barrier
+sys.exit(main(["run", "--no-progress", *sys.argv[2:]]))
+"""
+
+
+def test_of_two_runs_started_together_on_one_output_exactly_one_goes_on(wet, tmp_path):
+    """Two runs that looked for other runs on the output at the same moment each found none (the
+    other had no staging folder yet) and both went on; with --overwrite the second to finish
+    replaced the first one's corpus whole. Taking the output is one step: one goes on, the other
+    is refused in one line."""
+    out, barrier = tmp_path / "out", tmp_path / "barrier"
+    barrier.mkdir()
+    runs = [subprocess.Popen([sys.executable, "-c", TOGETHER, str(barrier), *common(wet), "--output", str(out),
+                              "--overwrite"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    ended = [(proc.wait(timeout=300), proc.stderr.read()) for proc in runs]
+    assert sorted(rc for rc, _ in ended) == [0, 2], ended
+    [(_, err)] = [(rc, err) for rc, err in ended if rc == 2]
+    assert err.startswith(f"error: output {out}: another run is writing it now (process ") and len(err.splitlines()) == 1, err
+    assert (out / "stats.json").exists() and not list(out.glob(f"{STAGING}*")) and not list(out.glob(".*"))

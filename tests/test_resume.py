@@ -210,3 +210,30 @@ def test_a_run_killed_during_its_moves_leaves_no_task_folder_once_the_next_run_f
     assert again.returncode == 0, err[-3000:]
     assert not list(temp.glob("polyglot-run-*")) and not list(out.glob(f"{STAGING}*"))
     assert json.loads((out / "stats.json").read_text())["counters"]
+
+
+def test_resume_continues_the_most_recently_started_of_several_unfinished_runs(sample, tmp_path, capsys):
+    """Of several unfinished runs ``--resume`` took the last by name, i.e. by the random id of its
+    staging folder, not the one started last. A run state says when its run started; where one of
+    several does not (a version before), which is meant cannot be told: one line naming them."""
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    config = ["--input", wet, "--set", "beam_options=[]", "--set", "steps=[dedup, lid]", "--runner", "DaskRunner",
+              "--dask_num_workers", "1"]
+    out, temp = tmp_path / "out", tmp_path / "tmp"
+    kill_at_fault(run_cli(config, out, temp, fault="commit@0"))
+    [latest] = out.glob(f"{STAGING}*")
+    state = json.loads((latest / RUN_STATE).read_text())
+    assert time.time() - 600 < state["started"] <= time.time()
+    older = out / f"{STAGING}ffffffffffff"  # an earlier run killed too, whose id sorts last
+    older.mkdir()
+    undated = {key: value for key, value in state.items() if key != "started"}
+    (older / RUN_STATE).write_text(json.dumps({**undated, "task_folder": str(temp / "gone")}))
+    assert main(["run", "--no-progress", *config, "--output", str(out), "--temp_location", str(temp), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert (f"--resume: 2 unfinished runs in {out} ({latest}, {older}), not all of which say when they started; "
+            "remove those not to continue and run again") in err and len(err.splitlines()) == 1, err
+    (older / RUN_STATE).write_text(json.dumps({**state, "task_folder": str(temp / "gone"), "started": 1.0}))
+    assert main(["run", "--no-progress", *config, "--output", str(out), "--temp_location", str(temp), "--resume"]) == 0
+    tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
+    assert tasks["run"] == 0 and tasks["reused"] == tasks["total"] > 0
+    assert not list(out.glob(f"{STAGING}*")) and not list(temp.glob("polyglot-run-*"))

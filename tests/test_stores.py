@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -173,7 +175,9 @@ def test_a_run_on_a_bucket_is_refused_by_a_live_runs_staging_folder_and_removes_
     try:
         first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
         assert store_run(bucket) == 2
-        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"another run is writing it now ({bucket.url(theirs).rstrip('/')})" in err
+        assert f"held by process {os.getpid()} on host {socket.gethostname()}; a killed run's lease expires" in err
         assert bucket.keys(theirs) == [f"{theirs}lang=en/bucket=all/part-00000.arrow", f"{theirs}stats.json"]
         assert json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"] > first  # renewed meanwhile
     finally:
@@ -250,6 +254,27 @@ def test_a_delete_in_a_gcs_bucket_takes_its_path_as_a_path(gcs_emulator):
         bucket.put(key, b"x")
     fs.delete([bucket.url("out[1]/f")])
     assert bucket.keys("out") == ["out1/f"]
+
+
+def test_a_file_replaced_in_a_bucket_is_never_missing(bucket, monkeypatch):
+    """A bucket's rename is a copy: the old object was deleted before it, so a reader found no file
+    at the name meanwhile, and a kill in between left none (shards, the report, the commit's moves).
+    The copy replaces the old object at once; the name holds a file at every step of the rename."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs
+
+    fs.configure(PipelineOptions(bucket.flags))
+    bucket.put("corpus/stats.json", b"old")
+    filesystems, seen = fs.beam_filesystems(), []
+    for name in ("delete", "rename"):
+        def step(paths, *rest, real=getattr(filesystems, name)):
+            real(paths, *rest)
+            seen.append("corpus/stats.json" in bucket.keys("corpus/"))
+        monkeypatch.setattr(filesystems, name, step)
+    fs.write_atomic(bucket.url("corpus/stats.json"), lambda stream: stream.write(b"new"))
+    assert bucket.get("corpus/stats.json") == b"new" and bucket.keys("corpus/") == ["corpus/stats.json"]
+    assert seen and all(seen), seen
 
 
 def error_line(capsys) -> str:

@@ -205,8 +205,7 @@ def write_json(path: str | Path, obj: Any, compact: bool = False) -> None:
     """``obj`` as JSON with sorted keys, written whole: indented, with a final newline, for people to
     read, or ``compact`` (ASCII, one line: the runs' many small markers). Locally through
     :func:`write_atomic`; on a bucket in one upload (:func:`put_object`), which replaces an object
-    at once, where write_atomic's rename deletes the old one first (a run state or marker missing
-    meanwhile is a run lost to a reader, or to a kill in the gap)."""
+    at once without write_atomic's temporary object (its copy and delete)."""
     text = (json.dumps(obj, sort_keys=True) if compact else
             json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     if not is_local(str(path)):
@@ -236,9 +235,7 @@ def exists(path: str) -> bool:
 
 def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write(stream)`` to a temporary name beside ``path``, then rename; a write that
-    fails leaves no temporary file. On a bucket the rename deletes an object at ``path`` first
-    (:func:`_move`): a file a reader may look for while it is replaced goes through
-    :func:`put_object` (:func:`write_json` does), which a failing ``write`` would leave cut short."""
+    fails leaves no temporary file. A reader finds the old file or the new one, never none (:func:`_move`)."""
     from apache_beam.io.filesystem import CompressionTypes
 
     check_file(path)
@@ -256,7 +253,7 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
 
 def put_object(path: str, data: bytes) -> None:
     """``data`` as the object at store path ``path``, in one upload: a reader finds the old object
-    or the new one, never none (:func:`write_atomic`'s rename on a bucket deletes the old first)."""
+    or the new one, never none; a failing write leaves the object cut short (:func:`write_atomic` does not)."""
     from apache_beam.io.filesystem import CompressionTypes
 
     with beam_filesystems().create(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
@@ -264,14 +261,14 @@ def put_object(path: str, data: bytes) -> None:
 
 
 def _move(source: str, dest: str) -> None:
-    """Rename file ``source`` to ``dest``, replacing a file there: at once locally (``os.replace``: a
-    reader finds the old file or the new one, never none); on a bucket, where a rename is a copy,
-    the old object is deleted first."""
+    """Rename file ``source`` to ``dest``, replacing a file there at once, so that a reader (or a
+    kill) finds the old file or the new one, never none: locally ``os.replace``; on a bucket Beam's
+    rename, a copy (S3 CopyObject, GCS's copy: each replaces an object at ``dest`` whole) then a
+    delete of ``source``."""
     if is_local(dest):
         Path(dest).parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)
         return
-    delete([dest])
     beam_filesystems().rename([source], [dest])
 
 
@@ -297,7 +294,7 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
     """Move the ``staged`` files (below ``staging``) to the same places below ``target``, then delete
     the ``old`` files of ``target`` that the new ones do not replace: the old files that no new one
     replaces stay readable until every new one is in place, and locally an old file until the new
-    one in its place is (on a bucket, see :func:`_move`)."""
+    one in its place is (:func:`_move`)."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
     for n, (source, dest) in enumerate(sorted(moves.items())):
         faults.fault_point("POLYGLOT_FAULT", "replace", n)

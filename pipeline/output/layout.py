@@ -8,9 +8,10 @@
 <out>/run.json                               what differs between runs (runner, elapsed time, time per part)
 <out>/report/                                the corpus report (HTML, Markdown, PNG)
 <out>/_staging-<id>/                         a run in progress (replaces the corpus when complete)
-<out>/_staging-<id>/_run-state.json          its config and input fingerprint, and its DaskRunner task folder
+<out>/_staging-<id>/_run-state.json          its config and input fingerprint, DaskRunner task folder, start time
 <out>/_staging-<id>/_io.json                 the workers' I/O counts (S3 retries), for run.json
 <out>/_lease-<id>.json                       a run's hold on its staging folder in a bucket (``output.lease``)
+<out>/.run.lock                              the live run's hold on a local output (``util.locks.FileLock``)
 ```
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ STAGING = "_staging-"  # a run writes below <output>/_staging-<id>/ ("_": datase
 RUN_STATE = "_run-state.json"  # in the staging folder: what --resume and `pipeline status` read (see run.py)
 TASK_FOLDER = "polyglot-run-"  # a DaskRunner run's task folder: <temp_location or system temp>/polyglot-run-<id>
 IO_FILE = "_io.json"  # in the staging folder: the workers' I/O counts (S3 retries), which run.json takes
+RUN_LOCK = ".run.lock"  # <output>/.run.lock: locked by the run on a local output while it lives (see run.take_output)
 LEASE = "_lease-"  # <output>/_lease-<id>.json: the run of _staging-<id> lives (a bucket, where nothing locks)
 COMMIT = "_COMMIT.json"  # in the staging folder: the moves that replace the corpus (see run.commit)
 RECORD_SHARDS = 16  # part files of rejected/ and of each removed/<step>/

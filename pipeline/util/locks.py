@@ -4,6 +4,7 @@ naming this host and process. Another process can then tell a folder whose proce
 (:func:`abandoned`) from one still being written. Local folders only."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -43,8 +44,66 @@ class FolderLock:
             self._fd = None
 
 
+class FileLock:
+    """Holds lock file ``path`` (made where missing) with a ``flock`` that does not wait, until
+    :meth:`release` deletes it, or the process ends; ``held`` is False where another process holds
+    it (:func:`owner` names it). A killed holder's file is taken as it is; one its holder deleted
+    between this process's open and lock is opened again. Where the file system cannot lock,
+    ``held`` is True, as nothing can hold it, and no file is left."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.held, self._fd = path, True, None
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.held = False
+                os.close(fd)
+                return
+            except OSError:  # cannot lock here (Lustre without flock, NFS without lockd)
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                return
+            if _same_file(fd, path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+                self._fd = fd
+                return
+            os.close(fd)  # deleted by its holder meanwhile: the next one opens (or makes) the file there now
+
+    def release(self) -> None:
+        """Delete the lock file, then let the lock go (a process that opened it meanwhile opens it again)."""
+        if self._fd is not None:
+            with contextlib.suppress(FileNotFoundError):  # (its folder removed meanwhile)
+                os.unlink(self.path)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether open file ``fd`` is the file at ``path`` still."""
+    try:
+        found, held = os.lstat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
+
+
 def has_lock_file(folder: str) -> bool:
     return os.path.lexists(os.path.join(folder, LOCK_FILE))
+
+
+def owner(path: str) -> tuple[str, int] | None:
+    """The host and process id that lock file ``path`` names; None where it names none (no lock file,
+    one being made, or not ours)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lock:
+            host, pid = lock.read(4096).split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
 
 
 def abandoned(folder: str) -> bool:
