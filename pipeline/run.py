@@ -167,9 +167,13 @@ def unfinished(final: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def recover(final: str, keep: str | None = None) -> list[str]:
-    """What earlier runs left in ``final``: :func:`finish_replacements`, then :func:`remove_unfinished`.
-    Returns the folders handled."""
-    return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
+    """What earlier runs left in ``final``: :func:`finish_replacements`, then :func:`remove_unfinished`,
+    holding a local output meanwhile as a run does (:func:`take_output`; a killed run's lock file
+    goes with it). Returns the folders handled."""
+    with contextlib.ExitStack() as held:
+        if fs.is_local(final):
+            held.callback(take_output(final).release)
+        return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
 
 
 def finish_replacements(final: str) -> list[str]:
