@@ -5,6 +5,7 @@ import atexit
 import contextlib
 import dataclasses
 import difflib
+import functools
 import gc
 import hashlib
 import json
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import monitoring_infos
@@ -172,7 +173,7 @@ def recover(final: str, keep: str | None = None) -> list[str]:
     goes with it). Returns the folders handled."""
     with contextlib.ExitStack() as held:
         if fs.is_local(final):
-            held.callback(take_output(final).release)
+            held.callback(take_output(final))
         return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
 
 
@@ -237,20 +238,34 @@ def another_run(final: str, which: str, then: str = "") -> UserError:
                      f"another output" + (f" ({then})" if then else ""))
 
 
-def take_output(final: str) -> locks.FileLock:
+def take_output(final: str) -> Callable[[], None]:
     """This process's hold on local output folder ``final`` while the run lives, taken before it
     looks for other runs there (its lock file, :data:`RUN_LOCK`): of two runs that start at once,
     one goes on and the other is refused in one line (each found no other's staging folder, and
-    the second to finish replaced the first one's corpus)."""
+    the second to finish replaced the first one's corpus). Returns what lets it go: the lock
+    released, and the folders made for it removed where nothing was written into them (a run refused
+    or failed leaves no empty output folder)."""
+    made = [folder for folder in (Path(final), *Path(final).parents) if not folder.exists()]
     Path(final).mkdir(parents=True, exist_ok=True)
+
+    def release(lock: locks.FileLock | None = None) -> None:
+        if lock is not None:
+            lock.release()
+        for folder in made:  # innermost first; one with something in it stops the removal
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
     try:
         lock = locks.FileLock(os.path.join(final, RUN_LOCK))
     except OSError as exc:
+        release()
         raise UserError(f"output {final}: cannot lock {os.path.join(final, RUN_LOCK)}: {exc.strerror}") from None
     if not lock.held:
         named = locks.owner(lock.path)
         raise another_run(final, f"process {named[1]} on host {named[0]}" if named else "a run that starts now")
-    return lock
+    return functools.partial(release, lock)
 
 
 def check_no_other_run(final: str, continued: str | None) -> None:
@@ -291,7 +306,12 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
     if len(runs) > 1 and not all("started" in state for _, state in runs):
         raise UserError(f"--resume: {len(runs)} unfinished runs in {cfg.output} ({', '.join(f for f, _ in runs)}), "
                         "not all of which say when they started; remove those not to continue and run again")
-    folder, state = max(runs, key=lambda run: float(run[1].get("started", 0)))
+    try:
+        folder, state = max(runs, key=lambda run: float(run[1].get("started", 0)))
+    except (TypeError, ValueError):
+        raise UserError(f"--resume: a run state in {cfg.output} says it started at a time that is no number "
+                        f"({', '.join(str(state.get('started')) for _, state in runs)}); remove the runs not to "
+                        "continue and run again") from None
     if running(folder):
         raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
@@ -476,7 +496,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
     if not build_only and fs.is_local(cfg.output):  # before the checks for other runs there: with them, at once
-        held_until_done.callback(take_output(cfg.output).release)
+        held_until_done.callback(take_output(cfg.output))
     continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
         finish_replacements(cfg.output)

@@ -463,8 +463,42 @@ def test_of_two_runs_started_together_on_one_output_exactly_one_goes_on(wet, tmp
     runs = [subprocess.Popen([sys.executable, "-c", TOGETHER, str(barrier), *common(wet), "--output", str(out),
                               "--overwrite"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
-    ended = [(proc.wait(timeout=300), proc.stderr.read()) for proc in runs]
+    ended = [(proc.returncode, err) for proc in runs for _, err in [proc.communicate(timeout=300)]]
     assert sorted(rc for rc, _ in ended) == [0, 2], ended
     [(_, err)] = [(rc, err) for rc, err in ended if rc == 2]
     assert err.startswith(f"error: output {out}: another run is writing it now (process ") and len(err.splitlines()) == 1, err
     assert (out / "stats.json").exists() and not list(out.glob(f"{STAGING}*")) and not list(out.glob(".*"))
+
+
+def test_a_refused_or_failed_run_on_a_new_output_leaves_no_folder(wet, tmp_path, capsys):
+    """The output is locked before the checks, in a folder made for it: a run refused there (here
+    ``--resume`` on a runner that keeps no tasks) or one that fails leaves none of the folders it
+    made; a file written meanwhile keeps its folder."""
+    out = tmp_path / "new" / "a" / "out"
+    assert run_cli(*common(wet), "--output", str(out), "--resume") == 2
+    assert "--resume needs --runner DaskRunner" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "bad.warc.wet.gz").write_bytes(b"")
+    assert main(["run", "--no-progress", "--config", "configs/corpus/sample.yaml", "--input",
+                 str(tmp_path / "bad.warc.wet.gz"), "--output", str(out), "--set", "beam_options=[]",
+                 "--set", "steps=[dedup, lid]"]) == 2
+    assert "no input record could be read" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_output_lock_lets_go_of_its_own_file_only(tmp_path):
+    """A run deletes its lock file as it ends, but not one put in its place meanwhile (by a person,
+    or by a run on another host where the file system locks per host): that one stays for its run."""
+    path = str(tmp_path / ".run.lock")
+    mine = locks.FileLock(path)
+    assert mine.held and locks.owner(path) == (os.uname().nodename, os.getpid())
+    assert not locks.FileLock(path).held  # another holder: refused (flock is per open file)
+    os.unlink(path)
+    Path(path).write_text("another-host 4242\n")
+    mine.release()
+    assert locks.owner(path) == ("another-host", 4242)
+    os.unlink(path)
+    again = locks.FileLock(path)
+    assert again.held
+    again.release()
+    assert not os.path.exists(path)

@@ -152,6 +152,7 @@ def test_cutoff_bad_files(tmp_path):
     ("-Infinity", 2, "'-Infinity' for de is not a finite perplexity"),
     ("1e400", 100, "'1e400' for de is not a finite perplexity"),  # a float too large: inf
     ("1_000", 50, "'1_000' for de is not a number"),  # Python reads 1000, pandas a string
+    ("١٥٠", 50, "'١٥٠' for de is not a number"),  # Arabic-Indic digits: the same
     ("10", 33, "'10' for de is below percentile 30's 30 "),  # the head cutoff above the ones after it
 ])
 def test_cutoff_values_pandas_takes_and_buckets_wrongly_are_refused(tmp_path, cell, line, message):

@@ -145,9 +145,10 @@ def test_url_lists_as_people_write_them(tmp_path: Path, capsys) -> None:
                         ("http://EVIL.com/", "domain"), ("http://www.Bad.COM/x", "domain"),  # hosts' case
                         ("http://xn--i-7iq.ws/", "domain")):
         assert step.check(url) == reason, url
-    words.write_bytes(b"casino\nroulette\ncaf\xe9\n")
-    with pytest.raises(UserError, match=rf"^url_filter.banned_words {words}: line 3 is not UTF-8"):
-        UrlFilter(UrlFilterConfig(banned_words=str(words))).prepare()
+    for data in (b"casino\nroulette\ncaf\xe9\n", b"casino\rroulette\r\ncaf\xe9\r"):  # lines end as they are read
+        words.write_bytes(data)
+        with pytest.raises(UserError, match=rf"^url_filter.banned_words {words}: line 3 is not UTF-8"):
+            UrlFilter(UrlFilterConfig(banned_words=str(words))).prepare()
 
 
 def test_a_cutoff_file_with_a_language_twice_is_refused(tmp_path: Path) -> None:

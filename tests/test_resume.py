@@ -237,3 +237,20 @@ def test_resume_continues_the_most_recently_started_of_several_unfinished_runs(s
     tasks = json.loads((out / RUN_FILE).read_text())["tasks"]
     assert tasks["run"] == 0 and tasks["reused"] == tasks["total"] > 0
     assert not list(out.glob(f"{STAGING}*")) and not list(temp.glob("polyglot-run-*"))
+
+
+def test_a_start_time_that_is_no_number_is_one_line(tmp_path):
+    """A damaged run state whose start time is no number: one line, not a traceback from the
+    comparison that picks the most recently started run."""
+    from pipeline.config import load_config
+    from pipeline.run import resumable
+    from pipeline.util.errors import UserError
+
+    out = tmp_path / "out"
+    for name, started in (("a", 1.0), ("b", None)):
+        (out / f"{STAGING}{name}").mkdir(parents=True)
+        (out / f"{STAGING}{name}" / RUN_STATE).write_text(json.dumps(
+            {"fingerprint": "f", "task_folder": str(tmp_path / name), "started": started}))
+    cfg = load_config("configs/corpus/sample.yaml", {"output": str(out), "runner": "DaskRunner"}, [])
+    with pytest.raises(UserError, match=r"says it started at a time that is no number \(1.0, None\)"):
+        resumable(cfg, "f", True)

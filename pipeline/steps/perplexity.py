@@ -150,12 +150,12 @@ def cutoff_value(text: str) -> float:
     """The perplexity a cutoff.csv cell holds; a ValueError says what is wrong with it. ``nan``,
     ``inf`` and ``1e400`` (read as pandas, CCNet's reader, reads them: no perplexity is below nan, all
     are below inf, and the buckets were wrong without a word) are refused, as is ``1_000`` (Python's
-    float reads it; pandas keeps it as text, which CCNet's bucketing fails on)."""
+    float reads it; pandas keeps it as text, which CCNet's bucketing fails on), as are digits other than ASCII's."""
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is None or "_" in text:
+    if value is None or "_" in text or not text.isascii():  # ("١٥٠": 150.0 to Python, text to pandas)
         raise ValueError("is not a number")
     if not math.isfinite(value):
         raise ValueError("is not a finite perplexity")

@@ -72,7 +72,7 @@ def read_list(name: str, path: str) -> set[str]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = len(io.StringIO(data[:exc.start].decode("utf-8", "replace") + "-", newline=None).readlines())
         raise UserError(f"url_filter.{name} {path}: line {line} is not UTF-8 ({exc.reason})") from None
     import idna
 

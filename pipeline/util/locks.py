@@ -74,10 +74,12 @@ class FileLock:
             os.close(fd)  # deleted by its holder meanwhile: the next one opens (or makes) the file there now
 
     def release(self) -> None:
-        """Delete the lock file, then let the lock go (a process that opened it meanwhile opens it again)."""
+        """Delete the lock file where it is still the one held (not one a person or another host made
+        in its place), then let the lock go (a process that opened it meanwhile opens it again)."""
         if self._fd is not None:
-            with contextlib.suppress(FileNotFoundError):  # (its folder removed meanwhile)
-                os.unlink(self.path)
+            if _same_file(self._fd, self.path):
+                with contextlib.suppress(FileNotFoundError):  # (its folder removed meanwhile)
+                    os.unlink(self.path)
             os.close(self._fd)
             self._fd = None
 
