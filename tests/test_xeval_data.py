@@ -84,6 +84,10 @@ def test_malformed_jsonl_and_mt_lines(tmp_path: Path) -> None:
     mt.write_text(MT_EN.read_text(encoding="utf-8") + "a premise\ta hypothesis\n", encoding="utf-8")
     with pytest.raises(UserError, match=rf"^{mt}:26: expected 3 tab-separated fields, got 2"):
         read_mt_tsv(mt, "en")
+    huge = tmp_path / "huge.tsv"  # a field past csv's limit (131,072 characters): one line, no traceback
+    huge.write_text(MT_EN.read_text(encoding="utf-8") + "x" * 200_000 + "\ty\tneutral\n", encoding="utf-8")
+    with pytest.raises(UserError, match=rf"^{huge}:26: field larger than field limit"):
+        read_mt_tsv(huge, "en")
     header = tmp_path / "h.tsv"
     header.write_text("sentence1\tsentence2\tlabel\n", encoding="utf-8")
     with pytest.raises(UserError, match=r":1: header lacks column\(s\) premise, hypo"):

@@ -173,22 +173,24 @@ def test_runs_are_told_apart_in_the_report(run: Path, tmp_path: Path, capsys) ->
     assert "--names gives 'x' twice" in capsys.readouterr().err
 
 
-def fifteen_language_run(results: dict) -> dict:
-    """The fixture run as if it were XNLI in all 15 languages, 8 of 12 test examples right in each
-    (predictions spread over two labels)."""
+def fifteen_language_run(results: dict, n: int = 5010) -> dict:
+    """The fixture run as if it were XNLI in all 15 languages of ``n`` test pairs (XNLI's 5,010), two
+    in three right in each (predictions spread over two labels)."""
     from xeval.data import XNLI_LANGUAGES
 
     run = json.loads(json.dumps(results))
     run["data"]["name"], run["data"]["note"] = "XNLI", ""
     run["languages"] = list(XNLI_LANGUAGES)
+    third = n // 3
     for seed in run["seeds"]:
-        seed["test"] = {lang: {"accuracy": 8 / 12, "n": 12, "confusion": [[4, 0, 0], [0, 4, 0], [2, 2, 0]]}
+        seed["test"] = {lang: {"accuracy": 2 * third / n, "n": n,
+                               "confusion": [[third, 0, 0], [0, third, 0], [third // 2, third - third // 2, 0]]}
                         for lang in XNLI_LANGUAGES}
     return run
 
 
 def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp_path: Path) -> None:
-    from xeval.report import load_results, render
+    from xeval.report import load_results, render, summarize
 
     fixture = load_results(str(run))
     full = fifteen_language_run(fixture)
@@ -208,11 +210,23 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     chosen_on_fr["selection"]["languages"] = ["fr"]
     cut = json.loads(json.dumps(full))
     cut["config"]["max_train_examples"] = 100
-    render([chosen_on_fr, cut], tmp_path / "other", names=["fr-dev", "cut"])
+    # or of another size than XNLI's test sets (a file cut short, another set in its layout), or with
+    # malformed lines left out; a run of one seed shows no spread
+    small = fifteen_language_run(fixture, n=12)
+    skipped = json.loads(json.dumps(full))
+    skipped["data"]["files"]["test"][0]["malformed"] = 3
+    one_seed = json.loads(json.dumps(full))
+    one_seed["seeds"] = one_seed["seeds"][:1]
+    one_seed["summary"] = summarize(one_seed)
+    render([chosen_on_fr, cut, small, skipped, one_seed], tmp_path / "other",
+           names=["fr-dev", "cut", "small", "skipped", "one-seed"])
     main_table, rest = (tmp_path / "other" / "report.md").read_text().split("## Runs not comparable with the published results")
-    assert "(ours" not in main_table
+    assert [line.split(" (ours")[0] for line in main_table.splitlines() if "(ours" in line] == ["| one-seed"]
+    assert "| one-seed (ours, 1 seeds, test) | 66.7 ± – |" in main_table
     assert "checkpoints selected on fr dev, not English dev alone" in rest
     assert "trained on the first 100 examples per language only" in rest
+    assert "test sets not of XNLI's 5,010 pairs a language (en 12, fr 12," in rest
+    assert "3 malformed dev/test lines left out" in rest
 
 
 def test_a_run_at_chance_says_so(run: Path, tmp_path: Path) -> None:
@@ -315,6 +329,15 @@ def test_bad_input_is_one_line(exported: Path, tmp_path: Path, capsys) -> None:
     for engine in ("hf", "ours"):
         assert f"the tokenizer has {vocab + 50} tokens, more than the {vocab} the model" in _error(
             capsys, "xnli", "--model", str(grown), "--data", str(FIXTURES), *common, "--engine", engine)
+    unpadded = tmp_path / "no-pad-token"
+    shutil.copytree(exported, unpadded)
+    config = json.loads((unpadded / "tokenizer_config.json").read_text())
+    (unpadded / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None}))
+    special = json.loads((unpadded / "special_tokens_map.json").read_text())
+    (unpadded / "special_tokens_map.json").write_text(json.dumps({k: v for k, v in special.items() if k != "pad_token"}))
+    assert load_tokenizer(str(unpadded)).pad_token_id is None
+    assert "the tokenizer has no padding token" in _error(capsys, "xnli", "--model", str(unpadded), "--data",
+                                                         str(FIXTURES), *common, "--engine", "hf")
     assert afile.read_text() == "mine" and not (tmp_path / "out").exists()
     with pytest.raises(SystemExit) as exited:  # argparse's own line (exit 2)
         xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), *common, "--seeds", "1,a")
@@ -422,6 +445,13 @@ def test_translate_train_all_and_yaml_config(exported: Path, tmp_path: Path, cap
                  str(tmp_path / "tta-fr"), "--languages", "fr,es", "--select", "fr", *ARGS[2:]) == 0
     results = json.loads((tmp_path / "tta-fr" / "results.json").read_text())
     assert results["data"]["train_languages"] == ["en", "fr"]  # English is trained on though not tested
+    twice = tmp_path / "twice"  # two training files for fr: the user's to settle, not fr left out of training
+    shutil.copytree(FIXTURES, twice)
+    (twice / "copy").mkdir()
+    shutil.copy(next(FIXTURES.rglob("multinli.train.fr.tsv")), twice / "copy")
+    assert "2 files named multinli.train.fr.tsv" in _error(capsys, "xnli", "--config", str(config), "--model",
+                                                           str(exported), "--data", str(twice), "--out",
+                                                           str(tmp_path / "tta-twice"), *ARGS[2:])
     config.write_text("languages: [en]\nlearning_rat: 0.1\n")
     assert "unknown config key 'learning_rat'" in _error(capsys, "xnli", "--config", str(config), "--model", str(exported),
                                                          "--data", str(FIXTURES), "--out", str(out))

@@ -34,6 +34,8 @@ LABEL_IDS: dict[str, int] = {
     "contradictory": 2,  # XNLI-MT-1.0 spelling
 }
 XNLI_LANGUAGES: tuple[str, ...] = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
+XNLI_PAIRS = {"dev": 2490, "test": 5010}
+"""Sentence pairs of XNLI 1.0 per language and split (Conneau et al. 2018)."""
 """The 15 XNLI languages in the order the XLM-R paper and XTREME print them."""
 XNLI_COLUMNS: tuple[str, ...] = (
     "language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",
@@ -128,6 +130,8 @@ def _tsv_rows(path: Path, columns: tuple[str, ...], log: ReadLog, skip: bool) ->
                 yield lineno, dict(zip(header, row))
         except UnicodeDecodeError as exc:
             raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except csv.Error as exc:  # a field past csv's limit (131,072 characters), a NUL byte
+            raise UserError(f"{path}:{reader.line_num}: {exc}") from None
 
 
 def read_xnli_tsv(path: Path, languages: tuple[str, ...], skip_malformed: bool = False) -> tuple[dict[str, NLISet], ReadLog]:
@@ -344,6 +348,10 @@ def _hf_source(root: Path, split: str, lang: str) -> Source | None:
     return Source(split, lang, "hf-parquet", files) if files else None
 
 
+class MissingData(UserError):
+    """No source of a split for a language under ``--data`` (:func:`discover`)."""
+
+
 def discover(root: Path, split: str, lang: str) -> Source:
     """The source of ``split`` for ``lang`` under ``root``; a missing one is an error listing what was looked for.
 
@@ -370,5 +378,5 @@ def discover(root: Path, split: str, lang: str) -> Source:
     hf = _hf_source(root, split, lang)
     if hf:
         return hf
-    raise UserError(f"--data {root}: no {split} data for language {lang} (looked for {tried} anywhere below it, "
+    raise MissingData(f"--data {root}: no {split} data for language {lang} (looked for {tried} anywhere below it, "
                     f"and HF datasets {lang}/{HF_SPLIT[split]}/ or {lang}/{HF_SPLIT[split]}-*.parquet)")

@@ -1,4 +1,5 @@
-"""Fine-tuning and evaluation: AdamW with linear warmup/decay, seeded and deterministic, optional
+"""Fine-tuning and evaluation: AdamW with linear warmup/decay, seeded (bitwise reproducible on CPU;
+on a GPU some of torch's kernels, the embedding's backward among them, are not deterministic), optional
 data-parallel ranks (torch.distributed, launched by the DeepSpeed launcher or torchrun).
 
 Checkpoint selection uses the selection languages' *dev* accuracy only (:func:`select`); the test

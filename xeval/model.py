@@ -130,6 +130,9 @@ def check_tokenizer(tokenizer: Any, directory: str, model: str, vocab_size: int 
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise UserError(f"{directory}: the tokenizer has {len(tokenizer)} tokens, more than the {vocab_size} the model "
                         f"{model} embeds: it is not that model's tokenizer")
+    if tokenizer.pad_token_id is None:  # a batch of pairs is padded to its longest
+        raise UserError(f"{directory}: the tokenizer has no padding token (its special_tokens_map.json or "
+                        "tokenizer_config.json names no pad_token), which batches of sentence pairs need")
 
 
 def weights_digest(path: Path) -> str:

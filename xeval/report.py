@@ -17,7 +17,7 @@ from pipeline.output import fs
 from pipeline.util.errors import UserError
 from pipeline.report.html import Section, Table, png, pyplot, write_report
 
-from .data import XNLI_LANGUAGES
+from .data import XNLI_LANGUAGES, XNLI_PAIRS
 
 PUBLISHED = Path(__file__).with_name("published.json")
 
@@ -114,6 +114,13 @@ def why_not_comparable(run: dict[str, Any]) -> str:
         reasons.append(f"checkpoints selected on {', '.join(run['selection']['languages'])} dev, not English dev alone")
     if run["config"].get("max_train_examples"):
         reasons.append(f"trained on the first {run['config']['max_train_examples']} examples per language only")
+    sizes = {lang: scores["n"] for seed in run["seeds"] for lang, scores in seed["test"].items()}
+    short = [f"{lang} {n}" for lang, n in sizes.items() if n != XNLI_PAIRS["test"]]
+    if short:
+        reasons.append(f"test sets not of XNLI's {XNLI_PAIRS['test']:,} pairs a language ({', '.join(short)})")
+    malformed = sum(log["malformed"] for split in ("dev", "test") for log in run["data"]["files"][split])
+    if malformed:
+        reasons.append(f"{malformed} malformed dev/test lines left out")
     return "; ".join(reasons)
 
 
@@ -144,9 +151,13 @@ def chance_warnings(name: str, run: dict[str, Any]) -> list[str]:
 
 
 def _our_row(name: str, run: dict[str, Any], langs: list[str]) -> list[str]:
-    s = run["summary"]
-    cells = [f"{_pct(s['test'][lang]['mean'])} ± {_pct(s['test'][lang]['std'])}" if lang in s["test"] else "–" for lang in langs]
-    return [f"{name} (ours, {len(run['seeds'])} seeds, test)", *cells, f"{_pct(s['average']['mean'])} ± {_pct(s['average']['std'])}"]
+    s, spread = run["summary"], len(run["seeds"]) > 1  # one seed has no spread to show (its 0 is no measure)
+
+    def cell(stats: dict[str, float]) -> str:
+        return f"{_pct(stats['mean'])} ± {_pct(stats['std']) if spread else '–'}"
+
+    cells = [cell(s["test"][lang]) if lang in s["test"] else "–" for lang in langs]
+    return [f"{name} (ours, {len(run['seeds'])} seeds, test)", *cells, cell(s["average"])]
 
 
 def _published_row(row: dict[str, Any], langs: list[str]) -> list[str]:
@@ -177,7 +188,8 @@ def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Sect
     gap_rows += [_gap_row(row["name"], row["accuracy"], langs) for row in published]
     sections = [Section("Test accuracy (%): our runs beside the published results", paragraphs=[
         "XNLI test set, zero-shot cross-lingual transfer (fine-tuned on English, model selected on English dev), "
-        "averages over the same 15 languages. Our cells: mean ± standard deviation over seeds."],
+        "averages over the same 15 languages. Our cells: mean ± sample standard deviation (n − 1) over seeds, "
+        "– for one seed."],
         tables=[Table(header, rows), Table(["model", *[lang for lang in langs if lang != "en"], "avg gap"], gap_rows,
                                            "Transfer gap: English minus language (points)")])]
     if others:

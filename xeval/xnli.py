@@ -29,7 +29,7 @@ from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_cho
 from pipeline.output import fs
 from pipeline.util.errors import UserError
 
-from .data import LABELS, XNLI_LANGUAGES, ReadLog, discover, load_split
+from .data import LABELS, XNLI_LANGUAGES, MissingData, ReadLog, discover, load_split
 from .config import ENGINES, TrainConfig
 from . import report
 
@@ -160,8 +160,8 @@ def _train_languages(root: Path, cfg: XnliConfig) -> list[str]:
         try:
             discover(root, "train", lang)
             found.append(lang)
-        except UserError:
-            continue
+        except MissingData:  # tested, not trained on (results.json lists the training languages); any other
+            continue         # error (two files for a language, say) is the user's to settle
     if "en" not in found:  # English is trained on whether or not it is tested
         discover(root, "train", "en")
         found.insert(0, "en")
