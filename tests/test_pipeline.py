@@ -562,7 +562,7 @@ def test_a_record_id_on_two_documents_stops_near_dup(sample, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"step near_dedup: record id {reused} is on two documents" in err and "Traceback" not in err
     assert wet.name in err and "reused.warc.wet.gz" in err
-    assert not list((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists()  # nor the folder made for it
 
 
 @pytest.mark.parametrize("point, survivor", [("commit@0", "old"), pytest.param("replace@3", "new", marks=pytest.mark.slow)])
