@@ -34,8 +34,8 @@ LABEL_IDS: dict[str, int] = {
     "contradictory": 2,  # XNLI-MT-1.0 spelling
 }
 XNLI_LANGUAGES: tuple[str, ...] = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
-XNLI_PAIRS = {"dev": 2490, "test": 5010}
-"""Sentence pairs of XNLI 1.0 per language and split (Conneau et al. 2018)."""
+XNLI_TEST_PAIRS = 5010
+"""Test sentence pairs of XNLI 1.0 in each language (Conneau et al. 2018)."""
 """The 15 XNLI languages in the order the XLM-R paper and XTREME print them."""
 XNLI_COLUMNS: tuple[str, ...] = (
     "language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",

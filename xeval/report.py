@@ -17,7 +17,7 @@ from pipeline.output import fs
 from pipeline.util.errors import UserError
 from pipeline.report.html import Section, Table, png, pyplot, write_report
 
-from .data import XNLI_LANGUAGES, XNLI_PAIRS
+from .data import XNLI_LANGUAGES, XNLI_TEST_PAIRS
 
 PUBLISHED = Path(__file__).with_name("published.json")
 
@@ -115,9 +115,9 @@ def why_not_comparable(run: dict[str, Any]) -> str:
     if run["config"].get("max_train_examples"):
         reasons.append(f"trained on the first {run['config']['max_train_examples']} examples per language only")
     sizes = {lang: scores["n"] for seed in run["seeds"] for lang, scores in seed["test"].items()}
-    short = [f"{lang} {n}" for lang, n in sizes.items() if n != XNLI_PAIRS["test"]]
+    short = [f"{lang} {n}" for lang, n in sizes.items() if n != XNLI_TEST_PAIRS]
     if short:
-        reasons.append(f"test sets not of XNLI's {XNLI_PAIRS['test']:,} pairs a language ({', '.join(short)})")
+        reasons.append(f"test sets not of XNLI's {XNLI_TEST_PAIRS:,} pairs a language ({', '.join(short)})")
     malformed = sum(log["malformed"] for split in ("dev", "test") for log in run["data"]["files"][split])
     if malformed:
         reasons.append(f"{malformed} malformed dev/test lines left out")
