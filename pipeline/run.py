@@ -145,7 +145,10 @@ def hold_staging(staging: str) -> locks.FolderLock | lease.Lease:
     takes it for one left behind: a lock (``util.locks``) on a local one, whose killed run's lock
     file, in a folder ``--resume`` continues, is replaced; a lease (``output.lease``) in a bucket."""
     if not fs.is_local(staging):
-        return lease.Lease(staging)
+        try:
+            return lease.Lease(lease.lease_path(staging))
+        except lease.Held:  # (a resumed run's folder, held again since the check for other runs)
+            raise UserError(f"{staging}: another run took this folder ({holder(staging)})") from None
     Path(staging).mkdir(parents=True, exist_ok=True)
     if locks.abandoned(staging):
         os.unlink(os.path.join(staging, locks.LOCK_FILE))
@@ -172,8 +175,7 @@ def recover(final: str, keep: str | None = None) -> list[str]:
     holding a local output meanwhile as a run does (:func:`take_output`; a killed run's lock file
     goes with it). Returns the folders handled."""
     with contextlib.ExitStack() as held:
-        if fs.is_local(final):
-            held.callback(take_output(final))
+        held.callback(take_output(final) if fs.is_local(final) else claim_output(final).release)
         return finish_replacements(final) + remove_unfinished(final, {keep} if keep else set())
 
 
@@ -266,6 +268,20 @@ def take_output(final: str) -> Callable[[], None]:
         named = locks.owner(lock.path)
         raise another_run(final, f"process {named[1]} on host {named[0]}" if named else "a run that starts now")
     return functools.partial(release, lock)
+
+
+def claim_output(final: str) -> lease.Lease:
+    """:func:`take_output` for an output in a bucket, where nothing locks: the lease ``<output>/.run.lock``
+    (``output.lease``), written only where there is none or over an expired one by a write the
+    store makes conditional, so that of two runs that start at once one goes on and the other is
+    refused in one line. Its ``release`` lets it go; its ``check`` says before the commit whether
+    it still holds."""
+    try:
+        return lease.Lease(fs.join(final, RUN_LOCK), what=f"output {final}")
+    except lease.Held as held:
+        named = f"process {held.info['pid']} on host {held.info['host']}" if {"host", "pid"} <= held.info.keys() else ""
+        raise another_run(final, named or "a run that starts now", f"a killed run's hold expires {lease.EXPIRES_S:.0f} s "
+                          "after its driver's last renewal") from None
 
 
 def check_no_other_run(final: str, continued: str | None) -> None:
@@ -495,8 +511,13 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     template = options.view_as(GoogleCloudOptions).template_location
     build_only = bool(options.view_as(TestOptions).dry_run or template)  # Dataflow: build the job, run nothing
     digest = fingerprint(cfg, files)
-    if not build_only and fs.is_local(cfg.output):  # before the checks for other runs there: with them, at once
-        held_until_done.callback(take_output(cfg.output))
+    claim = None
+    if not build_only:  # before the checks for other runs there: with them, at once
+        if fs.is_local(cfg.output):
+            held_until_done.callback(take_output(cfg.output))
+        else:
+            claim = claim_output(cfg.output)
+            held_until_done.callback(claim.release)
     continued = resumable(cfg, digest, resume) if not build_only else None
     if not build_only:  # killed runs' unfinished staging folders wait until the run is sure to go ahead
         finish_replacements(cfg.output)
@@ -583,8 +604,9 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
            **({"io": fs.read_json(io)} if fs.exists(io := fs.join(cfg.output, IO_FILE)) else {})}
     fs.write_json(fs.join(cfg.output, RUN_FILE), run)
     build_report(cfg.output)  # part of the output: replaced with the corpus, never apart from it
-    if isinstance(hold, lease.Lease):
-        hold.check()  # a run cut off for longer than its lease: another run may have removed its folder
+    for held in (claim, hold):
+        if isinstance(held, lease.Lease):
+            held.check()  # a run cut off for longer than its lease: another run may have taken its folder
     stale = previous_outputs(final)  # now: a corpus another run put there meanwhile is replaced whole
     if stale and not overwrite:
         fs.remove_folder(cfg.output)

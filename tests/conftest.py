@@ -84,6 +84,31 @@ def gcs_emulator():
         proc.wait(timeout=30)
 
 
+@pytest.fixture
+def fake_gcs():
+    """fake-gcs-server (Go; ``make test`` builds it) on 127.0.0.1 with bucket ``polyglot``, in memory,
+    stopped at the end: a GCS server that keeps GCS's preconditions (``ifGenerationMatch``), which
+    gcp-storage-emulator ignores; it has no batch API, which Beam's deletes use. Yields the bucket;
+    our clients find it through STORAGE_EMULATOR_HOST, set while the fixture lives."""
+    binary = Path(sys.executable).parent.parent / "fake-gcs" / "fake-gcs-server"
+    if not binary.exists():
+        pytest.skip("fake-gcs-server is not built (make test builds it where Go is installed)")
+    from google.cloud import storage
+
+    port = free_port()
+    proc = subprocess.Popen([str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend",
+                             "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, "fake-gcs-server")
+        os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+        yield storage.Client.create_anonymous_client().create_bucket("polyglot")
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 @dataclasses.dataclass
 class S3Server:
     endpoint: str

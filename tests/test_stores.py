@@ -171,7 +171,7 @@ def test_a_run_on_a_bucket_is_refused_by_a_live_runs_staging_folder_and_removes_
     theirs = "corpus/_staging-0123456789ab/"  # a run near its end: statistics at the top, a shard below
     bucket.put(f"{theirs}stats.json", b"{}")
     bucket.put(f"{theirs}lang=en/bucket=all/part-00000.arrow", b"arrow")
-    held = lease.Lease(bucket.url(theirs), renew_s=0.2)
+    held = lease.Lease(lease.lease_path(bucket.url(theirs)), renew_s=0.2)
     try:
         first = json.loads(bucket.get("corpus/_lease-0123456789ab.json"))["renewed"]
         assert store_run(bucket) == 2
@@ -204,7 +204,7 @@ def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_
     bucket = Bucket("s3", s3_server.client, s3_server.flags)
     fs.configure(PipelineOptions(s3_server.flags))
     for taken in (None, b'{"host": "h", "pid": 1, "token": "theirs", "renewed": 1.0}'):
-        held = lease.Lease(bucket.url("leases/_staging-0123456789ab"), renew_s=0.1)
+        held = lease.Lease(bucket.url("leases/_lease-0123456789ab.json"), renew_s=0.1)
         if taken:
             bucket.put("leases/_lease-0123456789ab.json", taken)
         else:
@@ -214,7 +214,7 @@ def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_
             held.check()
         held.release()  # (another run's lease is not deleted)
         assert bucket.keys("leases/") == (["leases/_lease-0123456789ab.json"] if taken else [])
-    held = lease.Lease(bucket.url("leases/_staging-0123456789ab"), renew_s=0.1)
+    held = lease.Lease(bucket.url("leases/_lease-0123456789ab.json"), renew_s=0.1)
     open_read = fs.open_read
     monkeypatch.setattr(lease.fs, "open_read", lambda path: (_ for _ in ()).throw(OSError("503 Slow Down")))
     time.sleep(2.0)  # reads that fail, retries included (a store that throttles): no renewal, but not lost
@@ -230,7 +230,7 @@ def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_
     capsys.readouterr()
     monkeypatch.setattr(lease, "EXPIRES_S", 1e-6)  # the driver cut off for longer than its lease
     assert store_run(bucket, "--overwrite", "--set", "dedup.policy=keep_first") == 2
-    assert "this run lost its hold on its staging folder (not renewed for" in error_line(capsys)
+    assert f"this run lost its hold on output {bucket.url('corpus')} (not renewed for" in error_line(capsys)
     assert {k: v for k, v in bucket.digests("corpus/").items() if not k.startswith("_")} == before
     monkeypatch.undo()
     replacing = "corpus/_staging-0000000000aa/"  # a run killed while it replaced the corpus, moments ago
@@ -242,6 +242,75 @@ def test_a_run_that_lost_its_lease_does_not_replace_the_corpus(s3_server, local_
         bucket.put(key, json.dumps({"renewed": time.time() - lease.EXPIRES_S}).encode())
     assert store_run(bucket, "--overwrite") == 0  # the replacement finished, the killed runs' folders and leases gone
     assert not [k for k in bucket.keys("corpus/") if k.startswith("corpus/_")]
+
+
+@pytest.fixture(params=["s3", "gs"])
+def conditional_bucket(request):
+    """A bucket on a server that keeps writes' conditions: moto's S3, fake-gcs-server."""
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        return Bucket("s3", server.client, server.flags)
+    return Bucket("gs", request.getfixturevalue("fake_gcs"), [])
+
+
+def test_a_write_conditional_on_the_objects_version_is_refused_once_it_moved_on(conditional_bucket):
+    """``stores.put_if``: S3's If-None-Match / If-Match, GCS's ifGenerationMatch; and a lease taken
+    over from a killed run by such a write, of two takers only one."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs, lease, stores
+
+    bucket = conditional_bucket
+    fs.configure(PipelineOptions(bucket.flags))
+    first = stores.put_if(bucket.url("claim"), b"first", None)
+    assert first and stores.put_if(bucket.url("claim"), b"again", None) is None  # create only: there is one
+    assert stores.read_versioned(bucket.url("claim")) == (b"first", first)
+    second = stores.put_if(bucket.url("claim"), b"second", first)
+    assert second and second != first
+    assert stores.put_if(bucket.url("claim"), b"late", first) is None  # a taker that read the old version loses
+    assert bucket.get("claim") == b"second"
+    assert stores.read_versioned(bucket.url("none")) is None and stores.put_if(bucket.url("none"), b"x", first) is None
+    stale = json.dumps({"host": "gone", "pid": 1, "token": "theirs", "renewed": time.time() - lease.EXPIRES_S - 1})
+    bucket.put("out/.run.lock", stale.encode())
+    _, version = stores.read_versioned(bucket.url("out/.run.lock"))
+    taken = lease.Lease(bucket.url("out/.run.lock"), renew_s=0.1)  # takes it over from the killed run
+    try:
+        assert stores.put_if(bucket.url("out/.run.lock"), stale.encode(), version) is None  # a second taker: too late
+        with pytest.raises(lease.Held):
+            lease.Lease(bucket.url("out/.run.lock"))
+        time.sleep(0.5)
+        assert not taken.lost and json.loads(bucket.get("out/.run.lock"))["token"] == taken.token  # renewed over its own
+    finally:
+        taken.release()  # (on fake-gcs-server a warning: Beam's delete takes GCS's batch API, which it lacks)
+
+
+def test_two_runs_that_start_at_once_on_a_bucket_output_do_not_both_go_on(s3_server, local_reference, capsys):
+    """A run holds an output in a bucket with the lease ``.run.lock``, taken by a create-only write
+    (``run.claim_output``): of two runs that start at once, the second is refused in one line even
+    though neither has a staging folder yet; a killed run's claim, once expired, is taken over, and
+    the run leaves none."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.output import fs, lease
+
+    files, lms, cutoffs, _ = local_reference
+    bucket = Bucket("s3", s3_server.client, s3_server.flags)
+    fill(bucket, files[:1], lms, cutoffs)
+    fs.configure(PipelineOptions(s3_server.flags))
+    claim = lease.Lease(bucket.url("corpus/.run.lock"), what="output", renew_s=0.2)
+    try:
+        with pytest.raises(lease.Held):
+            lease.Lease(bucket.url("corpus/.run.lock"))
+        assert store_run(bucket) == 2
+        assert (f"another run is writing it now (process {os.getpid()} on host {socket.gethostname()}); run again once "
+                "it is done, or give another output (a killed run's hold expires") in error_line(capsys)
+        assert bucket.keys("corpus/") == ["corpus/.run.lock"]
+    finally:
+        claim.release()
+    bucket.put("corpus/.run.lock", json.dumps({"host": "gone", "pid": 1, "token": "theirs",
+                                               "renewed": time.time() - lease.EXPIRES_S - 1}).encode())
+    assert store_run(bucket) == 0  # a killed run's claim: taken over
+    assert not bucket.keys("corpus/.run.lock") and not bucket.keys("corpus/_")
 
 
 def test_a_delete_in_a_gcs_bucket_takes_its_path_as_a_path(gcs_emulator):
@@ -644,8 +713,8 @@ def test_a_resumed_run_on_a_bucket_never_leaves_its_run_state_missing(s3_server,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     kill_at_fault(killed)
     [held] = [o["Key"] for o in client.list_objects_v2(Bucket="versioned", Prefix="corpus/_lease-")["Contents"]]
-    client.put_object(Bucket="versioned", Key=held,  # its driver killed: as if 120 s had passed
-                      Body=json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
+    for key in (held, "corpus/.run.lock"):  # its driver killed: as if 120 s had passed
+        client.put_object(Bucket="versioned", Key=key, Body=json.dumps({"renewed": time.time() - lease.EXPIRES_S - 1}).encode())
     assert main([*command, "--resume"]) == 0
     listed = client.list_object_versions(Bucket="versioned", Prefix=f"corpus/{STAGING}")
     state = [v for v in listed.get("Versions", []) if v["Key"].endswith(RUN_STATE)]

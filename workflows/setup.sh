@@ -3,7 +3,7 @@
 # by constraints.txt, the package with its dependencies, the fastText LID model file, KenLM's
 # lmplz/build_binary compiled from the kenlm source package into a cache folder, and for Beam's
 # Flink and Spark runners: their job servers assembled by Maven (java/) and the Flink and Spark
-# distributions the tests start clusters from; Beam's Prism runner built with Go.
+# distributions the tests start clusters from; Beam's Prism runner and fake-gcs-server built with Go.
 # Everything already built is reused and said so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,7 @@ DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev lib
       libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev)
 FLINK_VERSION=1.19.3  # the cluster; Beam's Flink 1.19 job server (java/flink-job-server) talks to it
 SPARK_VERSION=3.5.7   # the cluster and the Spark job server's client (java/pom.xml's spark.version)
+FAKE_GCS_VERSION=1.56.1  # fake-gcs-server, for the tests of GCS's conditional writes
 TEST_DEBS=(openssh-server pdsh chromium libmagic1)  # for tests: sshd + pdsh (multi-node launch), headless
 # Chromium (reports); libmagic for datatrove's WarcReader in bench_pipeline.py
 
@@ -136,28 +137,38 @@ build_job_servers() {
   ln -sfn "$dest" "$VENV/beam-job-servers"
 }
 
-build_prism() {
-  # Beam's Prism runner (Go), built from the Go module proxy at the installed Beam's version into a
-  # cache folder: `--runner PrismRunner` uses it where Beam would download a release from GitHub.
-  local version; version=$("$VENV/bin/python" -c "import apache_beam; print(apache_beam.__version__)")
-  local dest="$CACHE/beam-prism-$version"
-  if [[ -x "$dest/prism" ]]; then
-    say "reusing Beam's Prism runner in $dest"
+go_build() {
+  # $1 link name in the virtualenv, $2 cache folder name, $3 Go module@version, $4 what goes without it:
+  # one Go binary built from the Go module proxy into a cache folder, linked at $VENV/$1. Go's module
+  # and build caches (1.4 GB for Prism) go to a folder removed after the build: the binary is kept.
+  local link=$1 dest="$CACHE/$2" module=$3 what=$4
+  local bin; bin=$(basename "${module%@*}")
+  if [[ -x "$dest/$bin" ]]; then
+    say "reusing $bin in $dest"
   elif ! command -v go >/dev/null; then
-    say "no go: Beam's Prism runner not built (--runner PrismRunner then needs --prism_location), its test skips"
+    say "no go: $bin not built; $what"
     return
   else
-    # Go's module and build caches (1.4 GB for Prism) go to a folder removed after the build: the
-    # 66 MB binary is what is kept, per Beam version
-    say "building Beam's Prism runner $version with Go (about 2.5 minutes the first time)"
+    say "building $bin with Go"
     local work; work=$(mktemp -d)
     rm -rf "$dest.tmp"
     GOBIN="$dest.tmp" GOMODCACHE="$work/mod" GOCACHE="$work/build" GOFLAGS=-modcacherw \
-      go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$version" >"$CACHE/prism.log" 2>&1 ||
-      { tail -20 "$CACHE/prism.log" >&2; rm -rf "$work"; echo "[setup] error: building Prism failed (log above)" >&2; exit 1; }
+      go install "$module" >"$CACHE/$bin.log" 2>&1 ||
+      { tail -20 "$CACHE/$bin.log" >&2; rm -rf "$work"; echo "[setup] error: building $bin failed (log above)" >&2; exit 1; }
     rm -rf "$work" "$dest" && mv "$dest.tmp" "$dest"
   fi
-  ln -sfn "$dest" "$VENV/beam-prism"
+  ln -sfn "$dest" "$VENV/$link"
+}
+
+build_go_tools() {
+  # Beam's Prism runner at the installed Beam's version (`--runner PrismRunner` uses it where Beam
+  # would download a release from GitHub; about 2.5 minutes the first time), and fake-gcs-server, a
+  # GCS server that keeps GCS's preconditions (gcp-storage-emulator ignores them; about 1 minute)
+  local version; version=$("$VENV/bin/python" -c "import apache_beam; print(apache_beam.__version__)")
+  go_build beam-prism "beam-prism-$version" "github.com/apache/beam/sdks/v2/go/cmd/prism@v$version" \
+      "its test skips, and --runner PrismRunner needs --prism_location"
+  go_build fake-gcs "fake-gcs-server-$FAKE_GCS_VERSION" "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_VERSION" \
+      "the tests of GCS's conditional writes skip"
 }
 
 fetch_distribution() {
@@ -190,7 +201,7 @@ fetch_engines() {
 setup_venv
 build_kenlm
 build_job_servers
-build_prism
+build_go_tools
 fetch_engines
 fetch_reference
 install_test_tools

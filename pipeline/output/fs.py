@@ -39,6 +39,7 @@ def configure(options: PipelineOptions) -> None:
     """Store clients (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) from these options, in
     this process; Beam passes them on to its own SDK workers, the DaskRunner to its workers."""
     beam_filesystems().set_options(options)
+    stores.use_options(options)
 
 
 def plain_path(path: str) -> str:

@@ -1,12 +1,16 @@
-"""A run's hold on its staging folder in a bucket, where nothing locks (a local one is held with
-``util.locks``): the object ``<output>/_lease-<id>.json`` beside ``_staging-<id>/``, which a thread
-of the run's driver renews every :data:`RENEW_S` seconds while the run lives. Another run takes
-the folder for one a killed run left once the lease is :data:`EXPIRES_S` seconds old: it leaves a
-live run's folder alone, and ``--resume`` refuses to continue a run whose driver still renews it.
-A run that lost its lease (cut off for longer than that, or its lease taken) fails before its
-commit (:meth:`Lease.check`): its folder may have been removed meanwhile. The lease's time is its
-writer's clock, read by another machine's: their clocks must agree to well within
-``EXPIRES_S - RENEW_S`` (NTP keeps them within a second)."""
+"""A run's hold on a folder in a bucket, where nothing locks (a local one is held with
+``util.locks``): an object its driver's thread renews every :data:`RENEW_S` seconds while the run
+lives. Two are held: ``<output>/_lease-<id>.json`` beside the run's ``_staging-<id>/``, and
+``<output>/.run.lock`` for the whole output while the run lives (``run.claim_output``, the bucket
+counterpart of a local output's lock file). A lease is written only where there is none, or over
+one a killed run left once it is :data:`EXPIRES_S` seconds old, and renewed only over its own last
+version: each write is conditional on the object's version (``stores.put_if``: S3's ``If-Match`` /
+``If-None-Match``, GCS's ``ifGenerationMatch``), so of two runs that take a lease at once one does
+and the other is refused. ``--resume`` refuses to continue a run whose driver still renews its
+lease. A run that lost its lease (cut off for longer than that, or its lease taken) fails before
+its commit (:meth:`Lease.check`). The lease's time is its writer's clock, read by another
+machine's: their clocks must agree to well within ``EXPIRES_S - RENEW_S`` (NTP keeps them within a
+second)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +21,7 @@ import threading
 import time
 import uuid
 
-from . import fs
+from . import fs, stores
 from ..util.errors import UserError
 from .layout import LEASE, STAGING
 
@@ -50,8 +54,21 @@ def read(path: str) -> dict | None:
             if not fs.exists(path):
                 return None
             time.sleep(0.5 * (attempt + 1))
+    return unreadable(path)
+
+
+def unreadable(path: str) -> dict:
+    """What a lease that cannot be read is taken for: one just renewed (its run alive)."""
     LOG.warning("%s: not a lease this version can read; its run is taken to be alive", path)
     return {"renewed": time.time()}
+
+
+class Held(Exception):
+    """The lease is a live run's: ``info`` is what it says (``host``, ``pid``, ``renewed``)."""
+
+    def __init__(self, info: dict) -> None:
+        super().__init__(info)
+        self.info = info
 
 
 def live(staging: str) -> bool | None:
@@ -62,23 +79,58 @@ def live(staging: str) -> bool | None:
 
 
 class Lease:
-    """Holds staging folder ``staging`` in a bucket until :meth:`release`: the lease is written now
-    (an error is the caller's) and renewed by a thread every ``renew_s`` seconds, which first reads
-    it back: a lease gone or another run's is lost for good (a failed renewal is a warning; the next
+    """Holds what the lease object at ``path`` stands for (``what``, for the error lines) until
+    :meth:`release`: the lease is taken now (:class:`Held` where a live run holds it; a store's
+    error is the caller's) and renewed by a thread every ``renew_s`` seconds, which first reads it
+    back: a lease gone or another run's is lost for good (a failed renewal is a warning; the next
     one tries again, and one more than ``EXPIRES_S`` after the last loses it too)."""
 
-    def __init__(self, staging: str, renew_s: float = RENEW_S) -> None:
-        self.path, self.renew_s, self.token = lease_path(staging), renew_s, uuid.uuid4().hex
+    def __init__(self, path: str, what: str = "its staging folder", renew_s: float = RENEW_S) -> None:
+        self.path, self.what, self.renew_s, self.token = path, what, renew_s, uuid.uuid4().hex
         self.lost = ""
         self._stop = threading.Event()
-        self._renew()
-        self._thread = threading.Thread(target=self._keep, name="staging-lease", daemon=True)
+        self.version = self._take()
+        self.renewed = time.monotonic()
+        self._thread = threading.Thread(target=self._keep, name="lease", daemon=True)
         self._thread.start()
 
-    def _renew(self) -> None:  # always the same length, so that a reader never gets a cut one
-        fs.put_object(self.path, (f'{{"host": {json.dumps(socket.gethostname())}, "pid": {os.getpid()}, '
-                                  f'"token": "{self.token}", "renewed": {time.time():.6f}}}').encode())
-        self.renewed = time.monotonic()
+    def _body(self) -> bytes:  # always the same length, so that a reader never gets a cut one
+        return (f'{{"host": {json.dumps(socket.gethostname())}, "pid": {os.getpid()}, '
+                f'"token": "{self.token}", "renewed": {time.time():.6f}}}').encode()
+
+    def _take(self) -> str:
+        """Write the lease where there is none, or over a killed run's expired one, conditional on
+        the version read (of two runs taking it at once, one does); the version written."""
+        for _ in range(3):  # (a lease released between the two writes: try again)
+            if (version := stores.put_if(self.path, self._body(), None)) is not None:
+                return version
+            if (found := stores.read_versioned(self.path)) is None:
+                continue
+            try:
+                info = json.loads(found[0])
+                alive = time.time() - float(info["renewed"]) < EXPIRES_S
+            except (ValueError, KeyError, TypeError):
+                info, alive = unreadable(self.path), True
+            if info.get("token") == self.token:  # this write went through on a try the client retried
+                return found[1]
+            if alive:
+                raise Held(info)
+            if (version := stores.put_if(self.path, self._body(), found[1])) is not None:
+                LOG.warning("%s: took over the lease of a run whose driver stopped renewing it", self.path)
+                return version
+        raise Held(read(self.path) or {})  # taken by another run at the same moment
+
+    def _renew(self) -> str | None:
+        """The lease rewritten over its last version, or over the version there if that is still
+        this run's (a write that went through on a try the client retried); None if neither."""
+        if (version := stores.put_if(self.path, self._body(), self.version)) is not None:
+            return version
+        found = stores.read_versioned(self.path)
+        return None if found is None or not self._mine(found[0]) else stores.put_if(self.path, self._body(), found[1])
+
+    def _mine(self, data: bytes) -> bool:
+        """Whether lease object ``data`` is this one's (a lease's token is unique to it)."""
+        return f'"token": "{self.token}"'.encode() in data
 
     def _keep(self) -> None:
         while not self._stop.wait(self.renew_s):
@@ -91,8 +143,10 @@ class Lease:
                     self.lost = "another run removed or took it"
                 elif time.monotonic() - self.renewed >= EXPIRES_S:
                     self.lost = f"not renewed for {time.monotonic() - self.renewed:.0f} s"
+                elif (version := self._renew()) is None:
+                    self.lost = "another run removed or took it"
                 else:
-                    self._renew()
+                    self.version, self.renewed = version, time.monotonic()
                     continue
                 LOG.error("%s: this run lost its lease (%s); it will not replace the corpus", self.path, self.lost)
                 return
@@ -106,16 +160,17 @@ class Lease:
         if not self.lost and time.monotonic() - self.renewed >= EXPIRES_S / 2:
             self.lost = f"not renewed for {time.monotonic() - self.renewed:.0f} s"
         if self.lost:
-            raise UserError(f"{self.path}: this run lost its hold on its staging folder ({self.lost}), so another "
-                            "run may have removed what it wrote; the previous corpus is left as it was")
+            raise UserError(f"{self.path}: this run lost its hold on {self.what} ({self.lost}), so another run may "
+                            "have taken it; the previous corpus is left as it was")
 
     def release(self) -> None:
-        """Stop renewing (no renewal comes after this returns) and delete the lease, unless lost."""
+        """Stop renewing (no renewal comes after this returns) and delete the lease if it is still
+        this run's (one lost by time alone is; another run's is left alone)."""
         self._stop.set()
         self._thread.join()
-        if self.lost:
-            return
         try:
-            fs.delete([self.path])
+            found = stores.read_versioned(self.path)
+            if found is not None and self._mine(found[0]):
+                fs.delete([self.path])
         except Exception as exc:  # noqa: BLE001 (the run is done: the next run on the output removes the expired lease)
             LOG.warning("%s: could not delete the run's lease (%s)", self.path, exc)

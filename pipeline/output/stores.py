@@ -220,6 +220,87 @@ def _check_gcs(bucket: str, key: str, options: PipelineOptions, write: bool) -> 
     return None
 
 
+_OPTIONS: list[PipelineOptions] = []  # the run's store options (:func:`use_options`), for the clients below
+_CONDITIONAL: dict[tuple[int, str], Any] = {}  # (process, scheme): its client
+
+
+def use_options(options: PipelineOptions) -> None:
+    """The store options :func:`put_if` and :func:`read_versioned` reach the stores with in this process."""
+    _OPTIONS[:] = [options]
+    _CONDITIONAL.clear()
+
+
+def _conditional_client(scheme: str) -> Any:
+    key = (os.getpid(), scheme)
+    if key not in _CONDITIONAL:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        options = _OPTIONS[0] if _OPTIONS else PipelineOptions([])
+        if scheme == "s3":  # the client Beam's S3 filesystem shares (:func:`share_s3_clients`)
+            from apache_beam.io.aws.clients.s3 import boto3_client
+
+            share_s3_clients()
+            _CONDITIONAL[key] = boto3_client.Client(options).client
+        else:
+            from apache_beam.io.gcp.gcsio import create_storage_client
+
+            gcs_credentials()
+            _CONDITIONAL[key] = create_storage_client(options)
+    return _CONDITIONAL[key]
+
+
+def _refused(exc: Exception, scheme: str) -> bool:
+    """Whether a store's error says a write's condition did not hold (or the object it names is gone)."""
+    if scheme == "gs":
+        from google.api_core import exceptions as google
+
+        return isinstance(exc, (google.PreconditionFailed, google.NotFound))
+    response = getattr(exc, "response", None)  # botocore's ClientError
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    return status in (404, 409, 412)  # 409: S3's ConditionalRequestConflict, another conditional write at once
+
+
+def put_if(path: str, data: bytes, version: str | None) -> str | None:
+    """Write ``data`` as the object at store path ``path`` only if that object is still at
+    ``version`` (an S3 ETag, a GCS generation, as :func:`read_versioned` gives them) or, with
+    None, only if there is none: S3's ``If-Match`` / ``If-None-Match: *``, GCS's
+    ``ifGenerationMatch``. Returns the version written, or None where the condition did not hold.
+    Of two such writes at once, at most one succeeds; a store that ignores the condition (an
+    emulator without preconditions) writes the object anyway."""
+    scheme, (bucket, key) = path.split("://", 1)[0], bucket_and_key(path)
+    client = _conditional_client(scheme)
+    try:
+        if scheme == "s3":
+            condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+            return client.put_object(Bucket=bucket, Key=key, Body=data, **condition)["ETag"]
+        blob = client.bucket(bucket).blob(key)
+        blob.upload_from_string(data, if_generation_match=0 if version is None else int(version) if version.isdigit()
+                                else None)  # (an emulator that gives no generation: no condition)
+        return str(blob.generation)
+    except Exception as exc:  # noqa: BLE001 (anything but a refused condition is the caller's)
+        if _refused(exc, scheme):
+            return None
+        raise
+
+
+def read_versioned(path: str) -> tuple[bytes, str] | None:
+    """The object at store path ``path`` and its version (for :func:`put_if`), or None where there is none."""
+    scheme, (bucket, key) = path.split("://", 1)[0], bucket_and_key(path)
+    client = _conditional_client(scheme)
+    try:
+        if scheme == "s3":
+            found = client.get_object(Bucket=bucket, Key=key)
+            return found["Body"].read(), found["ETag"]
+        blob = client.bucket(bucket).get_blob(key)
+        if blob is None:
+            return None
+        return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
+    except Exception as exc:  # noqa: BLE001
+        if _refused(exc, scheme):  # gone, or replaced between the two GCS calls: taken for gone (the caller's next write tells)
+            return None
+        raise
+
+
 def check(path: str, what: str, options: PipelineOptions, write: bool = False) -> None:
     """Nothing for a local path; for a bucket path, one error line when the bucket cannot be
     reached, does not exist, refuses these credentials, or (``write``) refuses a write below ``path``."""
