@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
                                       merged_config_data, source_of)
 from pipeline.util.errors import UserError
-from pretrain.loader import LoaderConfig
+from pretrain.loader import LoaderConfig, MLMLoader
 
 
 @dataclasses.dataclass
@@ -282,7 +282,6 @@ class Trainer:
 
         from pretrain.checkpoint import CheckpointManager
         from pretrain.flops import flops_per_token
-        from pretrain.loader import MLMLoader
         from pretrain.models import build_pretraining_model, load_model_config
         from pretrain.shards import TokenShards
         from pretrain.tokenizer import Tokenizer
@@ -329,6 +328,12 @@ class Trainer:
         self.step = 0
         self.interval = {"start": 0.0, "steps": 0, "tokens": 0}  # the steps since the last metrics record
 
+    def _reseeded(self, seed: int) -> MLMLoader:
+        """The run's loader with its training streams on ``seed``; validation keeps the config's, so
+        that losses stay comparable across resumes."""
+        return MLMLoader(self.loader.shards, dataclasses.replace(self.cfg.loader, seed=seed), self.rank,
+                         self.world_size, self.tokenizer, valid_seed=self.cfg.loader.seed)
+
     def resume(self, tag: str | None) -> None:
         """Load a checkpoint (``latest`` when ``tag`` is None): weights, optimizer, schedule, loader, RNG, step.
         Through a universal checkpoint (another rank count) the loaders and RNGs restart from seeds offset by the step."""
@@ -339,7 +344,6 @@ class Trainer:
         import torch
 
         from pretrain.checkpoint import set_rng_state
-        from pretrain.loader import MLMLoader
 
         tag = self.checkpoints.resolve(tag)
         meta, rank_state = self.checkpoints.load(self.engine, tag, self.meta, universal=self.universal)
@@ -348,17 +352,17 @@ class Trainer:
             raise UserError(f"--resume: checkpoint {tag} is at step {self.step}, past --steps {self.cfg.steps}: nothing "
                             f"to train; give --steps above {self.step} to go on")
         if rank_state is None:
-            loader_cfg = dataclasses.replace(self.cfg.loader, seed=self.cfg.loader.seed + self.step)
-            self.loader = MLMLoader(self.loader.shards, loader_cfg, self.rank, self.world_size, self.tokenizer,
-                                    valid_seed=self.cfg.loader.seed)  # validation as before: comparable losses
+            self.loader = self._reseeded(self.cfg.loader.seed + self.step)
             seed = self.cfg.seed + self.step * self.world_size + self.rank
             random.seed(seed)
             np.random.seed(seed)
             torch.manual_seed(seed)
             if self.rank == 0:
                 print(f"resumed {tag} (written by {meta['world_size']} ranks) on {self.world_size} ranks through a "
-                      f"universal checkpoint: data order restarts with loader seed {loader_cfg.seed}", flush=True)
+                      f"universal checkpoint: data order restarts with loader seed {self.loader.cfg.seed}", flush=True)
         else:
+            if (seed := rank_state["loader"].get("seed")) != self.loader.cfg.seed:  # a universal resume of this run
+                self.loader = self._reseeded(seed)                                  # restarted its data order there
             self.loader.load_state_dict(rank_state["loader"])
             set_rng_state(rank_state["rng"])
         if self.rank == 0 and self.checkpoints.latest() != tag:

@@ -382,6 +382,10 @@ def test_two_ranks_with_the_deepspeed_launcher(tmp_path: Path, sample_tokenizer:
     assert (step.parent / "step-4-universal").is_dir() and (step.parent / LATEST).read_text() == "step-6"
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert sorted(records) == [1, 2, 3, 4, 5, 6] and records[5]["loss"] < records[1]["loss"]
+    # then resumed exactly on the rank count it now has: its loader goes on with the seed the universal
+    # resume restarted it on (it was refused: "seed was 4, now 0")
+    finish(train_process(config, "--resume", "--steps", "8"))
+    assert sorted(read_metrics(tmp_path / "run" / "metrics.jsonl")) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path: Path) -> None:
