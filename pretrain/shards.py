@@ -36,7 +36,7 @@ from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns
+from .tokenizer import META as TOKENIZER_META, Tokenizer, language_shards, read_columns, recorded_alpha
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -189,7 +189,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         raise UserError(f"--rehydration: {problem}")
     tokenizer = Tokenizer.load(tokenizer_dir)
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
-    alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
+    if alpha is None:
+        alpha = recorded_alpha(tokenizer.meta, f"tokenizer {Path(tokenizer_dir) / TOKENIZER_META}")
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
     fs.check_folder(str(out), "--out")

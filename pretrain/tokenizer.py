@@ -161,6 +161,16 @@ def _recorded_weights(path: str, report: dict[str, Any], alpha: float, buckets: 
     return None
 
 
+def recorded_alpha(data: dict[str, Any], named: str) -> float:
+    """The ``alpha`` a JSON file of ours recorded (0.3 where it has none); ``named`` (what and path)
+    in the one error line when it is no number in (0, 1], edited by hand."""
+    alpha = data.get("alpha", 0.3)
+    number = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+    if problem := check_alpha(alpha) if number else f"{alpha!r}: must be a number in (0, 1]":
+        raise UserError(f"{named}: alpha {problem}; correct it or give --alpha")
+    return float(alpha)
+
+
 @dataclass
 class LanguageSample:
     lang: str
@@ -289,7 +299,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus_file(corpus, "sampling.json")
-        alpha = float(fs.read_json(path, what="corpus statistics").get("alpha", 0.3)) if path else 0.3
+        alpha = recorded_alpha(fs.read_json(path, what="corpus statistics"), f"corpus statistics {path}") if path else 0.3
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
     source: list[str] = []

@@ -214,6 +214,24 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         Tokenizer.load(tmp_path / "broken")
 
 
+def test_a_hand_edited_alpha_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
+    """The alpha a command takes by default, sampling.json's (tokenizer) or tokenizer_meta.json's
+    (tokenize): a null or a string was a traceback, a number out of range was blamed on --alpha."""
+    corpus, tokenizer = tmp_path / "corpus", tmp_path / "tokenizer"
+    shutil.copytree(sample_corpus, corpus)
+    shutil.copytree(sample_tokenizer, tokenizer)
+    for path, command in ((corpus / "sampling.json", ["tokenizer", "--vocab-size", "1000"]),
+                          (tokenizer / "tokenizer_meta.json", ["tokenize", "--tokenizer", str(tokenizer)])):
+        what = "corpus statistics" if path.name == "sampling.json" else "tokenizer"
+        data = json.loads(path.read_text())
+        for alpha, problem in ((None, "None: must be a number in (0, 1]"), ("0.3", "'0.3': must be a number in (0, 1]"),
+                               (True, "True: must be a number in (0, 1]"), (5, "5: must be in (0, 1]")):
+            path.write_text(json.dumps({**data, "alpha": alpha}))
+            assert main([*command, "--corpus", str(corpus), "--out", str(tmp_path / "out")]) == 2
+            assert capsys.readouterr().err == f"error: {what} {path}: alpha {problem}; correct it or give --alpha\n"
+        assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import pretrain.tokenizer as tok
