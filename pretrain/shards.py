@@ -187,6 +187,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     problem = check_rehydration([list(pair) for pair in schedule])
     if problem:
         raise UserError(f"--rehydration: {problem}")
+    fs.check_local(str(tokenizer_dir), "--tokenizer")
+    fs.check_local(str(out), "--out")
     tokenizer = Tokenizer.load(tokenizer_dir)
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     if alpha is None:
@@ -390,8 +392,9 @@ def rehydration_arg(value: str) -> tuple[tuple[int, int], ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
                         "local or s3:// gs://")
-    parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer`")
-    parser.add_argument("--out", required=True, help="token shard directory (a rerun skips shards already written)")
+    parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer` (local)")
+    parser.add_argument("--out", required=True, help="token shard directory, a local folder (a rerun skips shards "
+                        "already written)")
     parser.add_argument("--buckets", nargs="+", default=[], metavar="BUCKET", help="only these buckets (default: all)")
     parser.add_argument("--languages", nargs="+", default=[], metavar="LANG", help="only these languages (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=0.01,

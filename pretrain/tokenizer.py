@@ -293,6 +293,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
+    fs.check_local(str(out), "--out")
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     fs.restore_folder(out)
     fs.check_folder(str(out), "--out", (HF_MODEL, OUR_MODEL, META, TOKENIZER_CONFIG, SPECIAL_TOKENS))
@@ -397,7 +398,7 @@ class Tokenizer:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow, "
                         "sampling.json), local or s3:// gs://")
-    parser.add_argument("--out", required=True, help="tokenizer directory to write")
+    parser.add_argument("--out", required=True, help="tokenizer directory to write (a local folder)")
     parser.add_argument("--vocab-size", type=int, default=250_002,
                         help="final vocabulary size V incl. <s> <pad> </s> <unk> <mask> (default 250002, XLM-R's)")
     parser.add_argument("--alpha", type=float, default=None,

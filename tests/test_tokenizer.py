@@ -232,6 +232,26 @@ def test_a_hand_edited_alpha_is_one_line(sample_corpus: Path, sample_tokenizer: 
         assert not (tmp_path / "out").exists()
 
 
+def test_a_bucket_out_or_tokenizer_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """SentencePiece and the token shards' memory maps are local files: ``--out s3://b/tok`` wrote the
+    local folder ``s3:/b/tok`` and printed ``wrote s3://b/tok``. (A corpus in a bucket is read:
+    tests/test_stores.py.)"""
+    monkeypatch.chdir(tmp_path)
+    corpus, tokenizer = str(sample_corpus), str(sample_tokenizer)
+    for flag, args in (
+            ("--out", ["tokenizer", "--corpus", corpus, "--vocab-size", "1000", "--sample-size", "2000",
+                       "--out", "s3://polyglot/tok"]),
+            ("--out", ["tokenize", "--corpus", corpus, "--tokenizer", tokenizer, "--out", "gs://polyglot/tokens"]),
+            ("--tokenizer", ["tokenize", "--corpus", corpus, "--tokenizer", "s3://polyglot/tok", "--out", "tokens"])):
+        assert main([*args, "--no-progress"] if args[0] == "tokenize" else args) == 2
+        out, err = capsys.readouterr()
+        path = args[args.index(flag) + 1]
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith(f"error: {flag} {path}: a bucket path; give a local folder (copy it ")
+    assert list(tmp_path.iterdir()) == []  # no folder s3: or gs: made here
+
+
 def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import pretrain.tokenizer as tok
