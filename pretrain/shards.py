@@ -8,8 +8,8 @@ O(1) through ``np.load(mmap_mode="r")``. Documents keep the corpus order (shards
 rows by id). A folder is written under a temporary name and renamed, so a rerun skips every shard
 already written. A document goes to ``valid`` when the hash of its id falls under
 ``--valid-fraction``; a language left without one gets its lowest-hash document (if it has two or
-more). ``meta.json`` (written last) holds the tokenizer fingerprint, vocabulary size, per-language
-documents and tokens, and q_i over training tokens.
+more). ``meta.json`` (written last; removed first by a rerun that rewrites a shard) holds the
+tokenizer fingerprint, vocabulary size, per-language documents and tokens, and q_i over training tokens.
 
 With ``--rehydration`` (FineWeb-2's schedule, ``fineweb2``, or your own ``[[size, copies], ...]``)
 a training document is written as many times as its ``minhash_cluster_size`` earns it (held-out
@@ -210,6 +210,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         if info is not None:
             infos[job.target] = info
     todo = [job for job in jobs if job.target not in infos]
+    if todo:  # the shards change: until the new meta.json the folder reads as unfinished, never as the old one
+        (out / META).unlink(missing_ok=True)
     for job in todo:  # folders an interrupted run left half-written
         for stale in job.target.parent.glob(f"{job.target.name}.tmp-*"):
             shutil.rmtree(stale)
