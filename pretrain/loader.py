@@ -41,7 +41,8 @@ MASKINGS = ("token", "whole_word", "span")
 IGNORE = -100
 STATE_VERSION = 1
 RANGES = {"seq_len": (3, None), "batch_size": (1, None), "alpha": (1e-6, 1.0), "mask_prob": (0.0, 1.0),
-          "mask_replace": (0.0, 1.0), "random_replace": (0.0, 1.0), "span_p": (1e-6, 1.0), "max_span": (1, None)}
+          "mask_replace": (0.0, 1.0), "random_replace": (0.0, 1.0), "span_p": (1e-6, 1.0), "max_span": (1, None),
+          "seed": (0, 2**32 - 1)}  # (the RNGs take 32 bits of it: 2^32 would be seed 0 again)
 TRAIN_STREAM, VALID_STREAM = 0, 1
 
 

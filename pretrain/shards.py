@@ -8,8 +8,8 @@ O(1) through ``np.load(mmap_mode="r")``. Documents keep the corpus order (shards
 rows by id). A folder is written under a temporary name and renamed, so a rerun skips every shard
 already written. A document goes to ``valid`` when the hash of its id falls under
 ``--valid-fraction``; a language left without one gets its lowest-hash document (if it has two or
-more). ``meta.json`` (written last) holds the tokenizer fingerprint, vocabulary size, per-language
-documents and tokens, and q_i over training tokens.
+more). ``meta.json`` (written last; removed first by a rerun that rewrites a shard) holds the
+tokenizer fingerprint, vocabulary size, per-language documents and tokens, and q_i over training tokens.
 
 With ``--rehydration`` (FineWeb-2's schedule, ``fineweb2``, or your own ``[[size, copies], ...]``)
 a training document is written as many times as its ``minhash_cluster_size`` earns it (held-out
@@ -36,7 +36,7 @@ from pipeline.output import fs, stores
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
-from .tokenizer import Tokenizer, language_shards, read_columns
+from .tokenizer import META as TOKENIZER_META, Tokenizer, language_shards, read_columns, recorded_alpha
 
 SPLITS = ("train", "valid")
 META, SHARD_META = "meta.json", "shard.json"
@@ -187,9 +187,12 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     problem = check_rehydration([list(pair) for pair in schedule])
     if problem:
         raise UserError(f"--rehydration: {problem}")
+    fs.check_local(str(tokenizer_dir), "--tokenizer")
+    fs.check_local(str(out), "--out")
     tokenizer = Tokenizer.load(tokenizer_dir)
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
-    alpha = float(tokenizer.meta.get("alpha", 0.3)) if alpha is None else alpha
+    if alpha is None:
+        alpha = recorded_alpha(tokenizer.meta, f"tokenizer {Path(tokenizer_dir) / TOKENIZER_META}")
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
     fs.check_folder(str(out), "--out")
@@ -207,6 +210,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         if info is not None:
             infos[job.target] = info
     todo = [job for job in jobs if job.target not in infos]
+    if todo:  # the shards change: until the new meta.json the folder reads as unfinished, never as the old one
+        (out / META).unlink(missing_ok=True)
     for job in todo:  # folders an interrupted run left half-written
         for stale in job.target.parent.glob(f"{job.target.name}.tmp-*"):
             shutil.rmtree(stale)
@@ -389,8 +394,9 @@ def rehydration_arg(value: str) -> tuple[tuple[int, int], ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
                         "local or s3:// gs://")
-    parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer`")
-    parser.add_argument("--out", required=True, help="token shard directory (a rerun skips shards already written)")
+    parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer` (local)")
+    parser.add_argument("--out", required=True, help="token shard directory, a local folder (a rerun skips shards "
+                        "already written)")
     parser.add_argument("--buckets", nargs="+", default=[], metavar="BUCKET", help="only these buckets (default: all)")
     parser.add_argument("--languages", nargs="+", default=[], metavar="LANG", help="only these languages (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=0.01,

@@ -161,6 +161,16 @@ def _recorded_weights(path: str, report: dict[str, Any], alpha: float, buckets: 
     return None
 
 
+def recorded_alpha(data: dict[str, Any], named: str) -> float:
+    """The ``alpha`` a JSON file of ours recorded (0.3 where it has none); ``named`` (what and path)
+    in the one error line when it is no number in (0, 1], edited by hand."""
+    alpha = data.get("alpha", 0.3)
+    number = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+    if problem := check_alpha(alpha) if number else f"{alpha!r}: must be a number in (0, 1]":
+        raise UserError(f"{named}: alpha {problem}; correct it or give --alpha")
+    return float(alpha)
+
+
 @dataclass
 class LanguageSample:
     lang: str
@@ -283,13 +293,14 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
+    fs.check_local(str(out), "--out")
     corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
     fs.restore_folder(out)
     fs.check_folder(str(out), "--out", (HF_MODEL, OUR_MODEL, META, TOKENIZER_CONFIG, SPECIAL_TOKENS))
     shards = language_shards(corpus, buckets, languages)
     if alpha is None:
         path = corpus_file(corpus, "sampling.json")
-        alpha = float(fs.read_json(path, what="corpus statistics").get("alpha", 0.3)) if path else 0.3
+        alpha = recorded_alpha(fs.read_json(path, what="corpus statistics"), f"corpus statistics {path}") if path else 0.3
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
     source: list[str] = []
@@ -387,7 +398,7 @@ class Tokenizer:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow, "
                         "sampling.json), local or s3:// gs://")
-    parser.add_argument("--out", required=True, help="tokenizer directory to write")
+    parser.add_argument("--out", required=True, help="tokenizer directory to write (a local folder)")
     parser.add_argument("--vocab-size", type=int, default=250_002,
                         help="final vocabulary size V incl. <s> <pad> </s> <unk> <mask> (default 250002, XLM-R's)")
     parser.add_argument("--alpha", type=float, default=None,

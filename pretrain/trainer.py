@@ -115,6 +115,7 @@ RANGES = {
     "global_batch_size": (1, None),
     "grad_accum": (1, None),
     "validation_batches": (0, None),
+    "seed": (0, 2**32 - 1),
     "peak_flops": (1.0, None),
     "optimizer.lr": (0.0, None),
     "optimizer.eps": (0.0, None),
@@ -352,8 +353,9 @@ class Trainer:
             raise UserError(f"--resume: checkpoint {tag} is at step {self.step}, past --steps {self.cfg.steps}: nothing "
                             f"to train; give --steps above {self.step} to go on")
         if rank_state is None:
-            self.loader = self._reseeded(self.cfg.loader.seed + self.step)
-            seed = self.cfg.seed + self.step * self.world_size + self.rank
+            # (the seeds wrap around within their 32 bits; the loader's RNGs take no more)
+            self.loader = self._reseeded((self.cfg.loader.seed + self.step) % 2**32)
+            seed = (self.cfg.seed + self.step * self.world_size + self.rank) % 2**32
             random.seed(seed)
             np.random.seed(seed)
             torch.manual_seed(seed)

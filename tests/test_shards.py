@@ -119,6 +119,46 @@ def test_a_rerun_holds_out_what_a_new_run_holds_out(sample_tokenizer: Path, tmp_
     assert token_files(tmp_path / "tokens") == token_files(tmp_path / "fresh")
 
 
+def test_a_rerun_cut_short_is_never_taken_for_complete(sample_corpus: Path, sample_tokenizer: Path, sample_tokens: Path,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun rewrites shards in place: killed part-way, or failing at meta.json (an empty
+    language), it left the old meta.json over new shards for some languages and old ones for
+    others, and `pretrain train` took the mix for complete. Now the folder reads as unfinished
+    until the rerun's own meta.json is written."""
+    import pretrain.shards as shards
+
+    corpus, out = tmp_path / "corpus", tmp_path / "tokens"
+    shutil.copytree(sample_corpus, corpus)
+    for lang in ("de", "en"):  # rewritten since: a rerun redoes them
+        shard = sorted((corpus / f"lang={lang}" / "bucket=all").glob("part-*.arrow"))[0]
+        write_table(read_shard(str(shard)).slice(0, 5), str(shard), "arrow")
+    real, written = shards.tokenize_shard, []
+
+    def killed_after_one(job: shards.ShardJob, tokenizer: Tokenizer | None = None) -> dict:
+        if written:
+            raise KeyboardInterrupt
+        written.append(job.target)
+        return real(job, tokenizer)
+
+    def empty_language(*args: object) -> dict:
+        raise UserError("lang=xx: no training tokens after tokenization (empty language)")
+
+    for name, dies, error in (("tokenize_shard", killed_after_one, KeyboardInterrupt),
+                              ("shards_meta", empty_language, UserError)):  # after every shard was rewritten
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(sample_tokens, out)
+        with monkeypatch.context() as patch:
+            patch.setattr(shards, name, dies)
+            with pytest.raises(error):
+                tokenize_corpus(corpus, sample_tokenizer, out, valid_fraction=VALID)
+        with pytest.raises(UserError, match=r"^token shards .*: no meta.json \(.* did not finish: rerun it"):
+            TokenShards.open(out)
+    assert len(written) == 1
+    meta = tokenize_corpus(corpus, sample_tokenizer, out, valid_fraction=VALID)
+    opened = TokenShards.open(out)
+    assert all(meta["languages"][lang]["train_tokens"] == opened.docs(lang).num_tokens for lang in opened.languages)
+
+
 def test_cli_help_documents_every_option(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["tokenize", "--help"])

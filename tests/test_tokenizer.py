@@ -214,6 +214,44 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
         Tokenizer.load(tmp_path / "broken")
 
 
+def test_a_hand_edited_alpha_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:
+    """The alpha a command takes by default, sampling.json's (tokenizer) or tokenizer_meta.json's
+    (tokenize): a null or a string was a traceback, a number out of range was blamed on --alpha."""
+    corpus, tokenizer = tmp_path / "corpus", tmp_path / "tokenizer"
+    shutil.copytree(sample_corpus, corpus)
+    shutil.copytree(sample_tokenizer, tokenizer)
+    for path, command in ((corpus / "sampling.json", ["tokenizer", "--vocab-size", "1000"]),
+                          (tokenizer / "tokenizer_meta.json", ["tokenize", "--tokenizer", str(tokenizer)])):
+        what = "corpus statistics" if path.name == "sampling.json" else "tokenizer"
+        data = json.loads(path.read_text())
+        for alpha, problem in ((None, "None: must be a number in (0, 1]"), ("0.3", "'0.3': must be a number in (0, 1]"),
+                               (True, "True: must be a number in (0, 1]"), (5, "5: must be in (0, 1]")):
+            path.write_text(json.dumps({**data, "alpha": alpha}))
+            assert main([*command, "--corpus", str(corpus), "--out", str(tmp_path / "out")]) == 2
+            assert capsys.readouterr().err == f"error: {what} {path}: alpha {problem}; correct it or give --alpha\n"
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_bucket_out_or_tokenizer_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """SentencePiece and the token shards' memory maps are local files: ``--out s3://b/tok`` wrote the
+    local folder ``s3:/b/tok`` and printed ``wrote s3://b/tok``. (A corpus in a bucket is read:
+    tests/test_stores.py.)"""
+    monkeypatch.chdir(tmp_path)
+    corpus, tokenizer = str(sample_corpus), str(sample_tokenizer)
+    for flag, args in (
+            ("--out", ["tokenizer", "--corpus", corpus, "--vocab-size", "1000", "--sample-size", "2000",
+                       "--out", "s3://polyglot/tok"]),
+            ("--out", ["tokenize", "--corpus", corpus, "--tokenizer", tokenizer, "--out", "gs://polyglot/tokens"]),
+            ("--tokenizer", ["tokenize", "--corpus", corpus, "--tokenizer", "s3://polyglot/tok", "--out", "tokens"])):
+        assert main([*args, "--no-progress"] if args[0] == "tokenize" else args) == 2
+        out, err = capsys.readouterr()
+        path = args[args.index(flag) + 1]
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith(f"error: {flag} {path}: a bucket path; give a local folder (copy it ")
+    assert list(tmp_path.iterdir()) == []  # no folder s3: or gs: made here
+
+
 def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import pretrain.tokenizer as tok

@@ -80,6 +80,21 @@ def test_unknown_key_and_bad_values_name_the_key(tmp_path: Path) -> None:
         load_run_config(str(path))
 
 
+def test_seeds_out_of_range_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``seed`` past torch's range was a traceback from torch.manual_seed after DeepSpeed had started;
+    ``loader.seed`` is taken modulo 2^32, so 2^32 trained as seed 0 did."""
+    from pretrain.__main__ import main
+
+    path = write_config(tmp_path / "run.yaml", tmp_path, tmp_path)
+    cfg = load_run_config(str(path), [f"seed={2**32 - 1}", f"loader.seed={2**32 - 1}"])
+    assert cfg.seed == cfg.loader.seed == 2**32 - 1
+    for key in ("seed", "loader.seed"):
+        for value in (-1, 2**32, 2**64):
+            assert main(["train", "--config", str(path), "--set", f"{key}={value}"]) == 2
+            err = capsys.readouterr().err
+            assert err == f"error: --set {key}={value}: {key}={value} is out of range [0, {2**32 - 1}]\n"
+
+
 def test_batch_sizes_must_divide() -> None:
     cfg = RunConfig(global_batch_size=64)
     cfg.loader.batch_size = 8
@@ -230,6 +245,19 @@ def test_zero3_export_matches_the_engine_and_hf(tmp_path: Path, single_rank: Non
         ours = model.logits(batch["input_ids"], batch["attention_mask"])
         theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_universal_resume_wraps_the_seeds_it_offsets(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                      sample_tokens: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a universal checkpoint the seeds restart offset by the step: from the top of their range
+    that passed 2^32 - 1, which the loader's config check and numpy's RNG refuse; they wrap around."""
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, seed=2**32 - 1, loader={"seed": 2**32 - 1})
+    monkeypatch.setattr(trainer.checkpoints, "load", lambda *args, **kwargs: ({"step": 4, "world_size": 2}, None))
+    monkeypatch.setattr(trainer.checkpoints, "resolve", lambda tag: tag)
+    monkeypatch.setattr(trainer.checkpoints, "point_latest", lambda tag: None)
+    trainer.resume("step-4")
+    assert trainer.loader.cfg.seed == 3 and trainer.loader.valid_seed == 2**32 - 1
+    assert torch.initial_seed() == 3
 
 
 def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: None, sample_tokenizer: Path,

@@ -335,6 +335,14 @@ def check_folder(path: str, what: str, own: Iterable[str] | None = None) -> None
                             f"give a new or empty folder, or the one it wrote before")
 
 
+def check_local(path: str, what: str) -> None:
+    """UserError unless ``path`` is on this machine, for a command that reads or writes it as local
+    files only (a store path made a ``Path`` is the local folder ``s3:/bucket/...``)."""
+    if not is_local(path):
+        raise UserError(f"{what} {path}: a bucket path; give a local folder (copy it to or from the bucket with "
+                        "`aws s3 cp --recursive` or `gsutil -m cp -r`)")
+
+
 def check_writable(path: str, what: str) -> None:
     """That local folder ``path`` can be made and written, before any work (a store path is probed
     by ``stores.check``): a folder is made and removed in the deepest of it and its parents that
