@@ -9,6 +9,7 @@ the export needs no GPU and works for any ZeRO stage and rank count.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -22,7 +23,7 @@ def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = N
     from pretrain.checkpoint import load_for_inference
     from pretrain.models.hf import TOKENIZER_FILES, save_hf
 
-    final = Path(out)
+    final = Path(os.path.realpath(out))  # a link to a folder: the folder is swapped, the link kept
     fs.check_folder(out, "--out", ("config.json", "model.safetensors", "generator", *TOKENIZER_FILES))
     fs.restore_folder(final)  # an export killed between its two renames
     cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag, tokenizer=tokenizer)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import os
 import re
 import shutil
 import sys
@@ -294,7 +295,7 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
     fs.check_local(str(out), "--out")
-    corpus, out, buckets = str(corpus), Path(out), sorted(buckets)
+    corpus, out, buckets = str(corpus), Path(os.path.realpath(out)), sorted(buckets)  # (a link: its folder's swapped)
     fs.restore_folder(out)
     fs.check_folder(str(out), "--out", (HF_MODEL, OUR_MODEL, META, TOKENIZER_CONFIG, SPECIAL_TOKENS))
     shards = language_shards(corpus, buckets, languages)

@@ -56,6 +56,12 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     assert (tmp_path / "hf" / "spm.model").read_bytes() == exported["spm.model"]
     assert (tmp_path / "hf" / "model.safetensors").read_bytes() != exported["model.safetensors"]  # step-2's now
     assert not list(tmp_path.glob(".hf*"))
+    (tmp_path / "hflink").symlink_to(tmp_path / "hf")  # --out a link: the folder it names is replaced, the link kept
+    assert main(["export", "--checkpoint", str(run), "--tag", "step-1", "--out", str(tmp_path / "hflink"),
+                 "--tokenizer", str(sample_tokenizer)]) == 0
+    assert (tmp_path / "hflink").is_symlink() and (tmp_path / "hf" / "model.safetensors").read_bytes() == \
+        exported["model.safetensors"]  # step-1's again
+    assert not list(tmp_path.glob(".hf*"))
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
     assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "notes"), "--tokenizer", str(sample_tokenizer)]) == 2

@@ -282,6 +282,21 @@ def test_a_failed_run_leaves_the_previous_tokenizer(sample_corpus: Path, sample_
     assert Tokenizer.load(out).fingerprint == meta["fingerprint"] and [p.name for p in tmp_path.iterdir()] == ["tok"]
 
 
+def test_an_out_that_is_a_link_keeps_the_link(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path) -> None:
+    """``--out`` a symbolic link to a folder: the folder it names is replaced and the link kept (the
+    link itself was renamed aside and replaced by the new folder, left as ``.<name>.old``, and the
+    next run stopped on a traceback from deleting it)."""
+    target = tmp_path / "data" / "tok"
+    shutil.copytree(sample_tokenizer, target)
+    link = tmp_path / "linktok"
+    link.symlink_to(target)
+    for _ in range(2):
+        meta = train_tokenizer(sample_corpus, link, vocab_size=1000, sample_size=2000, languages=["de", "en"])
+        assert link.is_symlink() and Tokenizer.load(target).fingerprint == meta["fingerprint"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "linktok"]
+        assert [p.name for p in target.parent.iterdir()] == ["tok"]
+
+
 def test_a_corpus_missing_shards_is_said(sample_corpus: Path, tmp_path: Path, capsys) -> None:
     """A corpus whose shards were removed or not copied whole: ``pipeline status`` called it finished,
     and the tokenizer read it silently (sampling.json's weights are the whole corpus's)."""
