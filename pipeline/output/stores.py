@@ -277,7 +277,7 @@ def put_if(path: str, data: bytes, version: str | None) -> str | None:
         blob.upload_from_string(data, if_generation_match=0 if version is None else int(version) if version.isdigit()
                                 else None)  # (an emulator that gives no generation: no condition)
         return str(blob.generation)
-    except Exception as exc:  # noqa: BLE001 (anything but a refused condition is the caller's)
+    except Exception as exc:  # anything but a refused condition is the caller's
         if _refused(exc, scheme):
             return None
         raise
@@ -295,7 +295,7 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
         if blob is None:
             return None
         return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if _refused(exc, scheme):  # gone, or replaced between the two GCS calls: taken for gone (the caller's next write tells)
             return None
         raise
