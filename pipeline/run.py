@@ -123,6 +123,16 @@ def running(folder: str) -> bool:
     return not fs.match_optional(folder, "*")
 
 
+def named_process(host: object, pid: object) -> str:
+    """How an error line names the process that holds an output or a staging folder."""
+    return f"process {pid} on host {host}"
+
+
+def lease_holder(info: dict[str, Any]) -> str:
+    """:func:`named_process` of the run a lease names; "" where it names none (a version before)."""
+    return named_process(info["host"], info["pid"]) if {"host", "pid"} <= info.keys() else ""
+
+
 def holder(folder: str) -> str:
     """Who holds staging folder ``folder``, and what to do if that run is gone, for an error line:
     the host and process its lock (local) or lease (a bucket) names. Without its lock, a local folder
@@ -133,10 +143,10 @@ def holder(folder: str) -> str:
         if (named := locks.owner(lock)) is None:
             return "remove that folder yourself if no run is writing it"
         top = [path for path in fs.match_optional(folder, "*") if os.path.basename(path) != locks.LOCK_FILE]
-        return (f"held by process {named[1]} on host {named[0]}; if that process is gone, "
+        return (f"held by {named_process(*named)}; if that process is gone, "
                 f"{f'delete {lock}' if top else f'remove {folder}'} and run again")
     found = lease.read(lease.lease_path(folder)) or {}
-    by = f"held by process {found['pid']} on host {found['host']}; " if {"host", "pid"} <= found.keys() else ""
+    by = f"held by {named}; " if (named := lease_holder(found)) else ""
     return f"{by}a killed run's lease expires {lease.EXPIRES_S:.0f} s after its driver's last renewal"
 
 
@@ -266,7 +276,7 @@ def take_output(final: str) -> Callable[[], None]:
         raise UserError(f"output {final}: cannot lock {os.path.join(final, RUN_LOCK)}: {exc.strerror}") from None
     if not lock.held:
         named = locks.owner(lock.path)
-        raise another_run(final, f"process {named[1]} on host {named[0]}" if named else "a run that starts now")
+        raise another_run(final, named_process(*named) if named else "a run that starts now")
     return functools.partial(release, lock)
 
 
@@ -279,9 +289,8 @@ def claim_output(final: str) -> lease.Lease:
     try:
         return lease.Lease(fs.join(final, RUN_LOCK), what=f"output {final}")
     except lease.Held as held:
-        named = f"process {held.info['pid']} on host {held.info['host']}" if {"host", "pid"} <= held.info.keys() else ""
-        raise another_run(final, named or "a run that starts now", f"a killed run's hold expires {lease.EXPIRES_S:.0f} s "
-                          "after its driver's last renewal") from None
+        raise another_run(final, lease_holder(held.info) or "a run that starts now",
+                          f"a killed run's hold expires {lease.EXPIRES_S:.0f} s after its driver's last renewal") from None
 
 
 def check_no_other_run(final: str, continued: str | None) -> None:

@@ -363,8 +363,9 @@ class Trainer:
                 print(f"resumed {tag} (written by {meta['world_size']} ranks) on {self.world_size} ranks through a "
                       f"universal checkpoint: data order restarts with loader seed {self.loader.cfg.seed}", flush=True)
         else:
-            if (seed := rank_state["loader"].get("seed")) != self.loader.cfg.seed:  # a universal resume of this run
-                self.loader = self._reseeded(seed)                                  # restarted its data order there
+            seed = rank_state["loader"].get("seed")  # another: a universal resume of this run restarted its data order
+            if isinstance(seed, int) and 0 <= seed < 2**32 and seed != self.loader.cfg.seed:  # (else refused below)
+                self.loader = self._reseeded(seed)
             self.loader.load_state_dict(rank_state["loader"])
             set_rng_state(rank_state["rng"])
         if self.rank == 0 and self.checkpoints.latest() != tag:

@@ -295,6 +295,11 @@ def test_an_out_that_is_a_link_keeps_the_link(sample_corpus: Path, sample_tokeni
         assert link.is_symlink() and Tokenizer.load(target).fingerprint == meta["fingerprint"]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "linktok"]
         assert [p.name for p in target.parent.iterdir()] == ["tok"]
+    link.unlink()  # what the versions before left: the new folder in the link's place, the link aside
+    shutil.copytree(target, link)
+    (tmp_path / ".linktok.old").symlink_to(target)
+    train_tokenizer(sample_corpus, link, vocab_size=1000, sample_size=2000, languages=["de", "en"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "linktok"] and (target / "spm.model").is_file()
 
 
 def test_a_corpus_missing_shards_is_said(sample_corpus: Path, tmp_path: Path, capsys) -> None:

@@ -260,6 +260,19 @@ def test_a_universal_resume_wraps_the_seeds_it_offsets(tmp_path: Path, single_ra
     assert torch.initial_seed() == 3
 
 
+def test_a_rank_state_whose_loader_seed_is_damaged_is_one_line(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                              sample_tokens: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loader state is taken on its own seed only where that is a seed (a universal resume's): a
+    damaged one is refused in one line, not trained on until the loader's RNG fails."""
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens)
+    state = {k: v for k, v in trainer.loader.state_dict().items() if k != "seed"}
+    monkeypatch.setattr(trainer.checkpoints, "load", lambda *args, **kwargs: ({"step": 4, "world_size": 1},
+                                                                              {"loader": state, "rng": {}}))
+    monkeypatch.setattr(trainer.checkpoints, "resolve", lambda tag: tag)
+    with pytest.raises(UserError, match="loader state: seed was None, now 0; the data order cannot be resumed"):
+        trainer.resume("step-4")
+
+
 def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
                                                    sample_tokens: Path, sample_corpus: Path) -> None:
     from pretrain.tokenizer import train_tokenizer

@@ -375,7 +375,9 @@ def swap_folder(complete: Path, final: Path) -> None:
     the new one renamed in, the old one deleted. Killed between the two renames, the old folder
     waits under ``.<name>.old`` and :func:`restore_folder` puts it back."""
     old = final.with_name(f".{final.name}.old")
-    if old.exists():
+    if old.is_symlink():  # (left by a version that renamed a link given as the folder)
+        old.unlink()
+    elif old.exists():
         shutil.rmtree(old)
     if final.exists():
         os.rename(final, old)

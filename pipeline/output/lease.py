@@ -13,6 +13,7 @@ machine's: their clocks must agree to well within ``EXPIRES_S - RENEW_S`` (NTP k
 second)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 
 from . import fs, stores
 from ..util.errors import UserError
@@ -63,25 +65,37 @@ def unreadable(path: str) -> dict:
     return {"renewed": time.time()}
 
 
+def fresh(path: str, info: Any) -> bool:
+    """Whether lease ``info`` (read from ``path``) was renewed less than :data:`EXPIRES_S` ago; one
+    error line where it is no lease (a local run's lock file copied up with its folder, say), which
+    would otherwise hold the output for good."""
+    try:
+        renewed = float(info["renewed"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{path}: not a lease that `pipeline run` wrote; delete it if no run is writing there") from None
+    return time.time() - renewed < EXPIRES_S
+
+
 class Held(Exception):
     """The lease is a live run's: ``info`` is what it says (``host``, ``pid``, ``renewed``)."""
 
-    def __init__(self, info: dict) -> None:
+    def __init__(self, info: Any) -> None:
         super().__init__(info)
-        self.info = info
+        self.info: dict = info if isinstance(info, dict) else {}
 
 
 def live(staging: str) -> bool | None:
     """Whether the run of ``staging`` still renews its lease; None where there is no lease (a local
     folder, a run that has ended, or one of a version before leases)."""
-    found = read(lease_path(staging))
-    return None if found is None else time.time() - float(found["renewed"]) < EXPIRES_S
+    path = lease_path(staging)
+    found = read(path)
+    return None if found is None else fresh(path, found)
 
 
 class Lease:
     """Holds what the lease object at ``path`` stands for (``what``, for the error lines) until
     :meth:`release`: the lease is taken now (:class:`Held` where a live run holds it; a store's
-    error is the caller's) and renewed by a thread every ``renew_s`` seconds, which first reads it
+    error is one line) and renewed by a thread every ``renew_s`` seconds, which first reads it
     back: a lease gone or another run's is lost for good (a failed renewal is a warning; the next
     one tries again, and one more than ``EXPIRES_S`` after the last loses it too)."""
 
@@ -89,7 +103,15 @@ class Lease:
         self.path, self.what, self.renew_s, self.token = path, what, renew_s, uuid.uuid4().hex
         self.lost = ""
         self._stop = threading.Event()
-        self.version = self._take()
+        try:
+            self.version = self._take()
+        except (Held, UserError):
+            raise
+        except Exception as exc:  # a store's error, whose write may have gone through: no lease left behind
+            with contextlib.suppress(Exception):
+                if (found := stores.read_versioned(self.path)) is not None and self._mine(found[0]):
+                    fs.delete([self.path])
+            raise UserError(f"{self.path}: cannot take this lease for {self.what} ({stores.reason(exc)})") from None
         self.renewed = time.monotonic()
         self._thread = threading.Thread(target=self._keep, name="lease", daemon=True)
         self._thread.start()
@@ -99,26 +121,29 @@ class Lease:
                 f'"token": "{self.token}", "renewed": {time.time():.6f}}}').encode()
 
     def _take(self) -> str:
-        """Write the lease where there is none, or over a killed run's expired one, conditional on
-        the version read (of two runs taking it at once, one does); the version written."""
-        for _ in range(3):  # (a lease released between the two writes: try again)
-            if (version := stores.put_if(self.path, self._body(), None)) is not None:
-                return version
+        """Write the lease where there is none (a create-only write), or over a killed run's expired
+        one (a write conditional on the version read: of two runs taking it at once, one does); the
+        version written. A live run's is not written to (:class:`Held`): on a store that ignores the
+        conditions, a run refused leaves the live one's lease as it was."""
+        info: Any = {}
+        for attempt in range(3):  # (a lease released or taken between the read and the write: read again)
+            time.sleep(0.2 * attempt)
             if (found := stores.read_versioned(self.path)) is None:
-                continue
-            try:
-                info = json.loads(found[0])
-                alive = time.time() - float(info["renewed"]) < EXPIRES_S
-            except (ValueError, KeyError, TypeError):
-                info, alive = unreadable(self.path), True
-            if info.get("token") == self.token:  # this write went through on a try the client retried
-                return found[1]
-            if alive:
-                raise Held(info)
-            if (version := stores.put_if(self.path, self._body(), found[1])) is not None:
-                LOG.warning("%s: took over the lease of a run whose driver stopped renewing it", self.path)
+                version = stores.put_if(self.path, self._body(), None)
+            else:
+                try:
+                    info = json.loads(found[0])
+                except ValueError:
+                    info = None
+                if self._mine(found[0]):  # this write went through on a try the client retried
+                    return found[1]
+                if fresh(self.path, info):
+                    raise Held(info)
+                if (version := stores.put_if(self.path, self._body(), found[1])) is not None:
+                    LOG.warning("%s: took over the lease of a run whose driver stopped renewing it", self.path)
+            if version is not None:
                 return version
-        raise Held(read(self.path) or {})  # taken by another run at the same moment
+        raise Held(info)  # taken by another run at the same moment
 
     def _renew(self) -> str | None:
         """The lease rewritten over its last version, or over the version there if that is still
@@ -126,7 +151,11 @@ class Lease:
         if (version := stores.put_if(self.path, self._body(), self.version)) is not None:
             return version
         found = stores.read_versioned(self.path)
-        return None if found is None or not self._mine(found[0]) else stores.put_if(self.path, self._body(), found[1])
+        if found is None or not self._mine(found[0]):
+            return None
+        if (version := stores.put_if(self.path, self._body(), found[1])) is None:  # (still its own: try again later)
+            raise OSError("the store refused to rewrite the run's own lease")
+        return version
 
     def _mine(self, data: bytes) -> bool:
         """Whether lease object ``data`` is this one's (a lease's token is unique to it)."""
@@ -165,9 +194,12 @@ class Lease:
 
     def release(self) -> None:
         """Stop renewing (no renewal comes after this returns) and delete the lease if it is still
-        this run's (one lost by time alone is; another run's is left alone)."""
+        this run's and renewed less than half of :data:`EXPIRES_S` ago (so that no other run can have
+        taken it meanwhile: an older one is left to expire); another run's is left alone."""
         self._stop.set()
         self._thread.join()
+        if time.monotonic() - self.renewed >= EXPIRES_S / 2:
+            return
         try:
             found = stores.read_versioned(self.path)
             if found is not None and self._mine(found[0]):

@@ -168,6 +168,14 @@ def _s3_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def reason(exc: Exception) -> str:
+    """A store client's error in a few words, for one error line."""
+    if type(exc).__module__.startswith("botocore"):
+        return _s3_reason(exc)
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
 def _check_s3(bucket: str, key: str, options: PipelineOptions, write: bool) -> str | None:
     client = s3_client(options)
     try:
@@ -215,8 +223,7 @@ def _check_gcs(bucket: str, key: str, options: PipelineOptions, write: bool) -> 
             blob.upload_from_string(b"", timeout=TIMEOUT_S, retry=None)
             blob.delete(timeout=TIMEOUT_S, retry=None)
     except Exception as exc:  # noqa: BLE001  credentials, network, permissions: the client's own words
-        first = (str(exc).splitlines() or [""])[0]
-        return f"{type(exc).__name__}: {first[:300]}"
+        return reason(exc)
     return None
 
 
@@ -231,6 +238,7 @@ def use_options(options: PipelineOptions) -> None:
 
 
 def _conditional_client(scheme: str) -> Any:
+    """This process's client of ``scheme`` (``s3``, ``gs``) with the options :func:`use_options` gave."""
     key = (os.getpid(), scheme)
     if key not in _CONDITIONAL:
         from apache_beam.options.pipeline_options import PipelineOptions
