@@ -297,8 +297,15 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
     client = _conditional_client(scheme)
     try:
         if scheme == "s3":
-            found = client.get_object(Bucket=bucket, Key=key)
-            return found["Body"].read(), found["ETag"]
+            from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+            for attempt in range(3):  # (botocore retries a request, not a body cut short: asked again)
+                found = client.get_object(Bucket=bucket, Key=key)
+                try:
+                    return found["Body"].read(), found["ETag"]
+                except (IncompleteReadError, ResponseStreamingError):
+                    if attempt == 2:
+                        raise
         blob = client.bucket(bucket).get_blob(key)
         if blob is None:
             return None
