@@ -220,12 +220,18 @@ def plain_paths(cfg: CorpusConfig) -> None:
             option = f"{name}={fs.plain_path(value)}"
         options.append(option)
     cfg.beam_options = options
-    for cls in cfg.active_step_classes():
-        section = cfg.section(cls.name)
-        for key in contained(f"step {cls.name}: building it", cls, section, RunInfo()).store_paths():
-            prefix, _, name = key.partition(".")
-            if prefix == cls.name and isinstance(getattr(section, name, None), str):
-                setattr(section, name, fs.plain_path(getattr(section, name)))
+    for key in step_store_paths(cfg):
+        step, _, name = key.partition(".")
+        section = cfg.section(step)
+        if isinstance(getattr(section, name, None), str):
+            setattr(section, name, fs.plain_path(getattr(section, name)))
+
+
+def step_store_paths(cfg: CorpusConfig) -> dict[str, str]:
+    """``{config key: path}`` of the files the config's steps read (``Step.store_paths``)."""
+    return {key: path for cls in cfg.active_step_classes()
+            for key, path in contained(f"step {cls.name}: building it", cls, cfg.section(cls.name), RunInfo())
+            .store_paths().items()}
 
 
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,

@@ -24,7 +24,7 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions, SetupOptions,
                                                   TestOptions)
 
-from .config import CorpusConfig
+from .config import CorpusConfig, step_store_paths
 from .graph import INPUT_LABEL, build_pipeline, build_steps
 from .output import fs, layout, lease, stores
 from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_LOCK, RUN_STATE,
@@ -305,11 +305,14 @@ def check_no_other_run(final: str, continued: str | None) -> None:
 
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
     """What a resumed run must share with the run it continues: the config (steps and sections),
-    the input files with their sizes, this package's version and the task outputs' format."""
+    the input files with their sizes, the files the steps read (models, cutoffs, URL lists: a file
+    rewritten at its path since, its size and time, :func:`fs.versions`), this package's version
+    and the task outputs' format."""
     from importlib.metadata import version
 
     blob = json.dumps({"config": cfg.to_dict(), "inputs": files, "version": version("polyglot-corpus"),
-                       "tasks": ledger.TASK_FORMAT},
+                       "tasks": ledger.TASK_FORMAT,
+                       "reads": {key: fs.versions(path) for key, path in step_store_paths(cfg).items()}},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -340,8 +343,8 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
     if running(folder):
         raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
-        raise UserError(f"--resume: the unfinished run in {folder} had another config, input files or version; "
-                        "run without --resume to start afresh (which removes it)")
+        raise UserError(f"--resume: the unfinished run in {folder} had another config, input files, model or list "
+                        "files (rewritten since), or version; run without --resume to start afresh (which removes it)")
     return folder
 
 

@@ -341,6 +341,29 @@ def test_a_refused_run_leaves_a_killed_runs_staging_and_task_folder_for_resume(w
     assert resumable(cfg, fingerprint(cfg, fs.match_inputs(cfg.input)), True) == str(killed)
 
 
+def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_path):
+    """The files the steps read count for ``--resume`` as the config does: a cutoff table (or an LM,
+    a URL list) made again at its path between a kill and ``--resume`` gave the finished tasks the
+    old buckets and the rest the new ones, in one corpus."""
+    import os
+
+    from pipeline.config import load_config
+    from pipeline.output import fs
+    from pipeline.run import fingerprint
+
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "block.txt").write_text("spam.example\n")
+    cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
+                      [f"input=[{wet}]", "beam_options=[]", "steps=[dedup, url_filter, lid]",
+                       f"url_filter.domains={lists / 'block.txt'}"])
+    before = fingerprint(cfg, fs.match_inputs(cfg.input))
+    assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before
+    (lists / "block.txt").write_text("ham.example\n")  # the same size, written again
+    os.utime(lists / "block.txt", (1, 1))
+    assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
+
+
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
     """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
     from pipeline.config import load_config

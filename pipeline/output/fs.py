@@ -168,6 +168,20 @@ def _match(pattern: str) -> list[Any]:
         return beam_filesystems().match([pattern])[0].metadata_list
 
 
+def versions(path: str) -> list[list[Any]]:
+    """``[name, size, last modified]`` of the file ``path``, or of each file below folder ``path``
+    (named relative to it): what tells a file rewritten at the same path since (``--resume``)."""
+    if is_local(path):
+        files = [path] if os.path.isfile(path) else match_optional(path, "**")
+        return [[os.path.relpath(f, path), os.path.getsize(f), os.path.getmtime(f)] for f in files]
+    try:
+        found = _match(glob.escape(path)) or _match(join(glob.escape(path), "**"))
+    except Exception:  # BeamIOError: some filesystems raise when nothing matches
+        found = []
+    return sorted([relative(m.path, path) if m.path != path else ".", m.size_in_bytes, m.last_updated_in_seconds]
+                  for m in found)
+
+
 def open_read(path: str) -> BinaryIO:
     from apache_beam.io.filesystem import CompressionTypes
 
