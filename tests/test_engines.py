@@ -173,7 +173,8 @@ class DaskCluster:
             assert time.monotonic() < deadline, "dask scheduler did not start"
             time.sleep(0.2)
         self.client = Client(scheduler_file=str(self.file), timeout=30)
-        self.client.wait_for_workers(workers, timeout=60)
+        if workers:
+            self.client.wait_for_workers(workers, timeout=60)
 
     def stop(self) -> None:
         self.client.close()
@@ -560,6 +561,28 @@ def test_unreachable_scheduler_is_one_line_within_the_timeout(sample, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and f"cannot reach the Dask scheduler at {address}" in proc.stderr
     assert time.monotonic() - start < 30
+
+
+def test_a_scheduler_without_workers_is_one_line_within_the_timeout(sample, tmp_path):
+    """Tasks sent to a scheduler no worker joined would wait for ever: one line naming it instead,
+    once --dask_connection_timeout has passed, before any work."""
+    cluster = DaskCluster(tmp_path, workers=0)
+    try:
+        start = time.monotonic()
+        proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
+                               "--output", str(tmp_path / "out"), "--runner", "DaskRunner",
+                               "--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout", "3",
+                               "--temp_location", str(tmp_path / "tmp")],
+                              capture_output=True, text=True, timeout=120)
+        address = cluster.client.scheduler.address
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (f"error: the Dask scheduler at {address} has no workers: none joined within 3 s (start "
+                               f"`dask worker {address}` on the machines that run the tasks; --dask_connection_timeout "
+                               "waits longer)\n")
+        assert time.monotonic() - start < 60
+        assert not (tmp_path / "out").exists() and not list((tmp_path / "tmp").iterdir())
+    finally:
+        cluster.stop()
 
 
 @pytest.mark.slow

@@ -719,8 +719,11 @@ def local_workers(options: PipelineOptions) -> int | None:
 
 
 def connect(options: PipelineOptions) -> tuple[Any, Any]:
-    """``(client, cluster)``: to the scheduler the options name, or to a new LocalCluster."""
+    """``(client, cluster)``: to the scheduler the options name, once it has a worker (within the
+    connection timeout: tasks on a scheduler without workers wait for ever), or to a new LocalCluster."""
+    import dask
     from dask.distributed import Client
+    from dask.utils import parse_timedelta
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # importing it set INFO: cluster start/stop lines
     dask_options, workers = client_options(options), local_workers(options)
@@ -729,9 +732,20 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
         return Client(cluster, **dask_options), cluster
     where = dask_options.get("address") or dask_options.get("scheduler_file")
     try:
-        return Client(**dask_options), None
+        client = Client(**dask_options)
     except (OSError, ValueError) as exc:  # distributed raises OSError on a timeout or refused connection
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
+    given = dask_options.get("timeout")  # Beam's option: an int, else Dask's default
+    timeout = max(1, given if isinstance(given, int) else parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        address = client.scheduler.address
+        client.close()
+        raise UserError(f"the Dask scheduler at {address} has no workers: none joined within {timeout:g} s "
+                        f"(start `dask worker {address}` on the machines that run the tasks; "
+                        "--dask_connection_timeout waits longer)") from None
+    return client, None
 
 
 def shuffle_folder(options: PipelineOptions) -> tuple[str, bool]:
