@@ -5,6 +5,7 @@ line for every engine mistake."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pickle
 import shutil
@@ -173,7 +174,8 @@ class DaskCluster:
             assert time.monotonic() < deadline, "dask scheduler did not start"
             time.sleep(0.2)
         self.client = Client(scheduler_file=str(self.file), timeout=30)
-        self.client.wait_for_workers(workers, timeout=60)
+        if workers:
+            self.client.wait_for_workers(workers, timeout=60)
 
     def stop(self) -> None:
         self.client.close()
@@ -208,6 +210,58 @@ def test_dask_cluster_survives_a_killed_worker_with_the_same_bytes(planted, tmp_
         assert killed, "no worker was reading when the job ran"
         assert len(cluster.client.scheduler_info()["workers"]) == 1
         assert digests == planted["reference"]
+    finally:
+        cluster.stop()
+
+
+def test_a_task_that_kills_every_worker_running_it_is_one_line(tmp_path, caplog):
+    """A task whose worker dies each time it runs it (out of memory, say): after Dask's attempts,
+    one line naming the task and its stage, the likely cause, and that the kept task folder lets
+    `pipeline run --resume` continue; not the scheduler's logs of every task the lost workers held."""
+    from pipeline.runners import ledger
+    from pipeline.runners.dask_runner import DaskRunner
+
+    tasks = tmp_path / "tasks"
+    options = PipelineOptions(["--dask_num_workers=1", "--dask_npartitions=1", f"--dask_task_folder={tasks}"])
+    p = beam.Pipeline(runner=DaskRunner(), options=options)
+    _ = p | beam.Create([0]) | "Die" >> beam.Map(lambda x: os.kill(os.getpid(), signal.SIGKILL))
+    result = p.run()
+    with pytest.raises(UserError) as failed:
+        result.wait_until_finish()
+    assert str(failed.value) == (
+        "task 0 of stage Die: its worker ended before it was done, on each of the 4 workers that ran it (it may have "
+        "run out of memory: fewer --dask_num_workers give each a larger share of this machine's); its finished tasks "
+        f"are kept in {tasks}: `pipeline run --resume` continues the run")
+    assert ledger.read_plan(str(tasks)) is not None
+    assert not [r for r in caplog.records if r.name.startswith("distributed.scheduler")]
+
+
+def test_a_scheduler_lost_mid_run_is_one_line(tmp_path, caplog):
+    """The scheduler killed while a task runs: one line naming it, not Dask's cancelled futures, nor
+    the traceback of the client's reconnection, cancelled when the run closes it."""
+    from pipeline.runners.dask_runner import DaskRunner
+
+    cluster = DaskCluster(tmp_path, workers=1)
+    tasks = tmp_path / "tasks"
+    options = PipelineOptions(["--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout=5",
+                               f"--temp_location={tmp_path / 'tmp'}", f"--dask_task_folder={tasks}"])
+    try:
+        p = beam.Pipeline(runner=DaskRunner(), options=options)
+        _ = p | beam.Create([0]) | "Wait" >> beam.Map(lambda x: time.sleep(120))
+        result = p.run()
+        deadline = time.monotonic() + 60
+        while not any("Wait" in str(key) for keys in cluster.client.processing().values() for key in keys):
+            assert time.monotonic() < deadline, "the task did not start"
+            time.sleep(0.1)
+        address = cluster.client.scheduler.address
+        cluster.procs[0].kill()
+        with pytest.raises(UserError) as failed:
+            result.wait_until_finish()
+        assert str(failed.value) == (
+            f"the Dask scheduler at {address} dropped the run's tasks (scheduler-connection-lost): it ended or was "
+            f"restarted, or the connection to it failed; its finished tasks are kept in {tasks}: `pipeline run "
+            "--resume` continues the run")
+        assert not [r for r in caplog.records if r.name.startswith("distributed") and r.levelno >= logging.ERROR]
     finally:
         cluster.stop()
 
@@ -560,6 +614,28 @@ def test_unreachable_scheduler_is_one_line_within_the_timeout(sample, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and f"cannot reach the Dask scheduler at {address}" in proc.stderr
     assert time.monotonic() - start < 30
+
+
+def test_a_scheduler_without_workers_is_one_line_within_the_timeout(sample, tmp_path):
+    """Tasks sent to a scheduler no worker joined would wait for ever: one line naming it instead,
+    once --dask_connection_timeout has passed, before any work."""
+    cluster = DaskCluster(tmp_path, workers=0)
+    try:
+        start = time.monotonic()
+        proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--input", str(sample / "wet" / "*.gz"),
+                               "--output", str(tmp_path / "out"), "--runner", "DaskRunner",
+                               "--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout", "3",
+                               "--temp_location", str(tmp_path / "tmp")],
+                              capture_output=True, text=True, timeout=120)
+        address = cluster.client.scheduler.address
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (f"error: the Dask scheduler at {address} has no workers: none joined within 3 s (start "
+                               f"`dask worker {address}` on the machines that run the tasks; --dask_connection_timeout "
+                               "waits longer)\n")
+        assert time.monotonic() - start < 60
+        assert not (tmp_path / "out").exists() and not list((tmp_path / "tmp").iterdir())
+    finally:
+        cluster.stop()
 
 
 @pytest.mark.slow

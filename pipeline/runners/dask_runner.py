@@ -585,19 +585,25 @@ class DaskRunnerResult(PipelineResult):
     same folder, not run again) and, once finished, ``run`` (those this driver ran), with the
     input's ``partitions``, the GroupByKeys (``shuffles``), and the files the stages wrote for one
     another (``files``, ``bytes``: the task folder's size at the end) and the pieces they read
-    (``reads``), by the tasks this driver ran."""
+    (``reads``), by the tasks this driver ran.
+
+    A task whose worker died each time it ran it, or tasks the scheduler dropped (it ended, or the
+    connection to it failed), end the run with one line (:class:`UserError`) naming them."""
 
     def __init__(self, client: Any, cluster: Any, shuffle_dir: str, keep: bool) -> None:
         super().__init__(PipelineState.RUNNING)
         self.client, self.cluster, self.shuffle_dir, self.keep = client, cluster, shuffle_dir, keep
+        self.address: str = client.scheduler.address
         self.futures: list[Any] = []
         self.attempt = uuid.uuid4().hex[:12]
         self.tasks: dict[str, int] = {}
+        self.stages: dict[str, str] = {}  # a stage's task name -> its name in the ledger
         self.progress: ledger.Progress | None = None
         self.interval = 30.0
 
     def wait_until_finish(self, duration: int | None = None) -> str:
-        from dask.distributed import wait
+        from distributed import KilledWorker, wait
+        from distributed.client import FutureCancelledError, FuturesCancelledError
 
         deadline = None if duration is None else time.monotonic() + duration / 1000
         tick = self.interval if self.progress and self.interval > 0 else None
@@ -623,16 +629,37 @@ class DaskRunnerResult(PipelineResult):
                 future.result()
             self._count()
             self._state = PipelineState.DONE
-        except BaseException:
-            self._state = PipelineState.FAILED
-            raise
+        except KilledWorker as exc:
+            raise self._failed(self._killed(exc)) from exc  # (its traceback: DEBUG_ENV)
+        except (FutureCancelledError, FuturesCancelledError) as exc:
+            reasons = [exc.reason] if isinstance(exc, FutureCancelledError) else [g.reason for g in exc.error_groups]
+            raise self._failed(f"the Dask scheduler at {self.address} dropped the run's tasks ({', '.join(reasons)}): "
+                               "it ended or was restarted, or the connection to it failed") from exc
         finally:
             if self._state != PipelineState.DONE:
+                self._state = PipelineState.FAILED
                 self.client.cancel(self.futures)
                 with contextlib.suppress(Exception):  # cancelled futures raise here: the run's error is the one to show
                     wait(self.futures, timeout=10, return_when="ALL_COMPLETED")
             self.close()
         return self._state
+
+    def _killed(self, exc: Any) -> str:
+        """What a ``KilledWorker`` means, worded as the DirectRunner words a lost SDK worker."""
+        key = exc.task
+        stage = self.stages.get(key[0]) if isinstance(key, tuple) and len(key) == 2 else None
+        task = f"task {key[1]} of stage {stage}" if stage else f"Dask task {key}"
+        more = ("fewer --dask_num_workers give each a larger share of this machine's" if self.cluster is not None
+                else "fewer workers per machine or a larger memory limit (`dask worker --nworkers`, `--memory-limit`)")
+        return (f"{task}: its worker ended before it was done, on each of the {exc.allowed_failures + 1} workers that "
+                f"ran it (it may have run out of memory: {more})")
+
+    def _failed(self, what: str) -> UserError:
+        """The run's one line: ``what`` ended it, and where its finished tasks are kept, that a run
+        on the same task folder continues it."""
+        if self.keep:
+            what += f"; its finished tasks are kept in {self.shuffle_dir}: `pipeline run --resume` continues the run"
+        return UserError(what)
 
     def _count(self) -> None:
         entries = ledger.finished(self.shuffle_dir).values()
@@ -719,19 +746,37 @@ def local_workers(options: PipelineOptions) -> int | None:
 
 
 def connect(options: PipelineOptions) -> tuple[Any, Any]:
-    """``(client, cluster)``: to the scheduler the options name, or to a new LocalCluster."""
+    """``(client, cluster)``: to the scheduler the options name, once it has a worker (within the
+    connection timeout: tasks on a scheduler without workers wait for ever), or to a new LocalCluster."""
+    import dask
     from dask.distributed import Client
+    from dask.utils import parse_timedelta
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # importing it set INFO: cluster start/stop lines
+    # a LocalCluster's scheduler (in this process) logs every task a lost worker held, dozens of lines,
+    # and a client closed while it reconnects to a lost scheduler logs a traceback: the run's error says it
+    for name in ("distributed.scheduler", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     dask_options, workers = client_options(options), local_workers(options)
     if workers is not None:
         cluster = local_cluster(workers)
         return Client(cluster, **dask_options), cluster
     where = dask_options.get("address") or dask_options.get("scheduler_file")
     try:
-        return Client(**dask_options), None
+        client = Client(**dask_options)
     except (OSError, ValueError) as exc:  # distributed raises OSError on a timeout or refused connection
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
+    given = dask_options.get("timeout")  # Beam's option: an int, else Dask's default
+    timeout = max(1, given if isinstance(given, int) else parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        address = client.scheduler.address
+        client.close()
+        raise UserError(f"the Dask scheduler at {address} has no workers: none joined within {timeout:g} s "
+                        f"(start `dask worker {address}` on the machines that run the tasks; "
+                        "--dask_connection_timeout waits longer)") from None
+    return client, None
 
 
 def shuffle_folder(options: PipelineOptions) -> tuple[str, bool]:
@@ -791,6 +836,7 @@ class DaskRunner(beam_dask.DaskRunner):
             done = ledger.finished(folder) if recorded is not None else {}
             sinks = translation.sinks(folder, result.attempt, done)
             ledger.write_plan(folder, plan)
+            result.stages = {stage.key: planned.name for stage, planned in zip(translation.stages, plan.stages)}
             result.tasks = {"total": sum(stage.tasks for stage in plan.stages), "reused": len(done),
                             "partitions": plan.partitions, "shuffles": translation.shuffles}
             result.interval = options.view_as(LocalDaskOptions).dask_progress_interval
