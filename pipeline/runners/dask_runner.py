@@ -629,12 +629,12 @@ class DaskRunnerResult(PipelineResult):
                 future.result()
             self._count()
             self._state = PipelineState.DONE
-        except KilledWorker as exc:
-            raise self._failed(self._killed(exc)) from exc  # (its traceback: DEBUG_ENV)
+        except KilledWorker as exc:  # (where its finished tasks are kept for --resume: run.py's warning says)
+            raise UserError(self._killed(exc)) from exc  # (its traceback: DEBUG_ENV)
         except (FutureCancelledError, FuturesCancelledError) as exc:
             reasons = [exc.reason] if isinstance(exc, FutureCancelledError) else [g.reason for g in exc.error_groups]
-            raise self._failed(f"the Dask scheduler at {self.address} dropped the run's tasks ({', '.join(reasons)}): "
-                               "it ended or was restarted, or the connection to it failed") from exc
+            raise UserError(f"the Dask scheduler at {self.address} dropped the run's tasks ({', '.join(reasons)}): "
+                            "it ended or was restarted, or the connection to it failed") from exc
         finally:
             if self._state != PipelineState.DONE:
                 self._state = PipelineState.FAILED
@@ -653,13 +653,6 @@ class DaskRunnerResult(PipelineResult):
                 else "fewer workers per machine or a larger memory limit (`dask worker --nworkers`, `--memory-limit`)")
         return (f"{task}: its worker ended before it was done, on each of the {exc.allowed_failures + 1} workers that "
                 f"ran it (it may have run out of memory: {more})")
-
-    def _failed(self, what: str) -> UserError:
-        """The run's one line: ``what`` ended it, and where its finished tasks are kept, that a run
-        on the same task folder continues it."""
-        if self.keep:
-            what += f"; its finished tasks are kept in {self.shuffle_dir}: `pipeline run --resume` continues the run"
-        return UserError(what)
 
     def _count(self) -> None:
         entries = ledger.finished(self.shuffle_dir).values()
