@@ -584,6 +584,7 @@ def test_local_cluster_listens_on_loopback_only():
     (["--runner", "DaskRunner", "--dask_frobnicate=1"], "unknown option or argument '--dask_frobnicate=1'"),
     pytest.param(["--runner", "DaskRunner", "--dask_num_workers=abc"], "--dask_num_workers: invalid int value: 'abc'", marks=pytest.mark.slow),
     pytest.param(["--runner", "DaskRunner", "--dask_num_workers=0"], "--dask_num_workers=0: a LocalCluster needs at least 1", marks=pytest.mark.slow),
+    (["--runner", "DaskRunner", "--dask_npartitions=-2"], "--dask_npartitions=-2: the input's partitions, 1 or more"),
     pytest.param(["--runner", "DaskRunner", "--dask_scheduler_file=/no/such.json"], "/no/such.json: no such file", marks=pytest.mark.slow),
     (["--runner", "DaskRunner", "--dask_client_address=tcp://127.0.0.1:1"], "needs --temp_location: a folder every"),
     pytest.param(["--runner", "DaskRunner", "--temp_location=/etc/passwd"], "--temp_location /etc/passwd: not a folder", marks=pytest.mark.slow),

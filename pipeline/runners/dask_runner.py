@@ -94,12 +94,15 @@ class LocalDaskOptions(PipelineOptions):
 
 
 def check_options(options: PipelineOptions) -> None:
-    """One line for a Dask option that would fail later: no workers, a missing scheduler file, a
+    """One line for a Dask option that would fail later: no workers, negative partitions, a missing scheduler file, a
     running cluster without a shared ``--temp_location``, a local one that cannot be written."""
     workers = options.view_as(LocalDaskOptions).dask_num_workers
     if workers is not None and workers < 1:
         raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
     dask = options.view_as(beam_dask.DaskOptions)
+    if dask.npartitions is not None and dask.npartitions < 0:  # (it ran every stage as one partition)
+        raise UserError(f"--dask_npartitions={dask.npartitions}: the input's partitions, 1 or more (0 or none: "
+                        f"{TASKS_PER_THREAD} per worker thread)")
     if dask.scheduler_file and not os.path.isfile(dask.scheduler_file):  # distributed would wait for it to appear
         raise UserError(f"--dask_scheduler_file {dask.scheduler_file}: no such file "
                         "(`dask scheduler --scheduler-file` writes it)")
