@@ -514,9 +514,10 @@ print(sorted(m for m in ("datasketch", "scipy") if m in sys.modules))
 def test_local_cluster_workers_have_the_steps_worker_modules_imported():
     """A run's steps' ``worker_modules`` are imported once, by the fork server the LocalCluster's
     workers are forked from, as for the DirectRunner's SDK workers (a new process: the fork server
-    is one per driver process)."""
+    is one per driver process); a worker the nanny starts in place of a lost one too (it was
+    spawned as a new interpreter: the method was set only while the cluster started)."""
     script = """
-import sys
+import os, signal, sys, time
 from dask.distributed import Client
 from pipeline.runners import forkserver
 from pipeline.runners.dask_runner import local_cluster
@@ -524,13 +525,24 @@ from pipeline.runners.options import pipeline_options
 forkserver.install(pipeline_options("DaskRunner", []), ["fasttext", "kenlm"])
 assert "kenlm" not in sys.modules
 cluster = local_cluster(1)
+
+driver = os.getpid()  # a spawned worker's parent (its nanny runs here); a forked one's is the fork server
 with Client(cluster) as client:
-    print(sorted(client.run(lambda: [m for m in ("fasttext", "kenlm") if m in sys.modules]).values()))
+    for _ in range(2):
+        [(pid, modules, parent)] = client.run(
+            lambda: (os.getpid(), [m for m in ("fasttext", "kenlm") if m in sys.modules], os.getppid())).values()
+        print(modules, parent != driver)
+        lost = set(client.scheduler_info()["workers"])
+        os.kill(pid, signal.SIGKILL)  # then the nanny's replacement
+        deadline = time.monotonic() + 60
+        while set(client.scheduler_info()["workers"]) in (lost, set()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
 cluster.close()
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines()[-1] == "[['fasttext', 'kenlm']]"
+    assert out.stdout.splitlines()[-2:] == ["['fasttext', 'kenlm'] True"] * 2
 
 
 def test_local_cluster_listens_on_loopback_only():

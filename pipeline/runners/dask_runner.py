@@ -705,7 +705,7 @@ def local_cluster(workers: int) -> Any:
 
     Its workers are forked from the fork server (``prefork.start_fork_server``), which has Beam,
     distributed, the pipeline and the steps' worker modules imported, rather than spawned as new
-    interpreters that import them again. The nanny's ``pre-spawn-environ`` (glibc's trim threshold,
+    interpreters that import them again (a worker the nanny replaces too). The nanny's ``pre-spawn-environ`` (glibc's trim threshold,
     one BLAS thread) and hash seed must be in a process's environment when it starts, so they go
     into this one's before the fork server starts, as the nanny would put them there before
     spawning. The workers keep no statistical profile (it is for a dashboard, which this cluster has
@@ -718,8 +718,9 @@ def local_cluster(workers: int) -> Any:
     environ = {name: str(value) for name, value in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
     os.environ.update({"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "6640"), **environ})
     forked = prefork.start_fork_server([*forkserver.preloaded(), "distributed", __name__])
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn",
-                          "distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 100}):
+    # for the process's life, not the cluster's start: a nanny reads it again to replace a lost worker
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn"})
+    with dask.config.set({"distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 100}):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                             host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
 
