@@ -311,7 +311,8 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
             return None
         return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
     except Exception as exc:
-        if _refused(exc, scheme):  # gone, or replaced between the two GCS calls: taken for gone (the caller's next write tells)
+        if _refused(exc, scheme):  # gone, or replaced between the two GCS calls: taken for gone
+            # (the caller's next write tells)
             return None
         raise
 

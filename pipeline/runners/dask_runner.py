@@ -94,8 +94,9 @@ class LocalDaskOptions(PipelineOptions):
 
 
 def check_options(options: PipelineOptions) -> None:
-    """One line for a Dask option that would fail later: no workers, negative partitions, a missing scheduler file, a
-    running cluster without a shared ``--temp_location``, a local one that cannot be written."""
+    """One line for a Dask option that would fail later: no workers, negative partitions, a missing
+    scheduler file, a running cluster without a shared ``--temp_location``, a local one that cannot
+    be written."""
     workers = options.view_as(LocalDaskOptions).dask_num_workers
     if workers is not None and workers < 1:
         raise UserError(f"--dask_num_workers={workers}: a LocalCluster needs at least 1 worker")
@@ -705,10 +706,10 @@ def local_cluster(workers: int) -> Any:
 
     Its workers are forked from the fork server (``prefork.start_fork_server``), which has Beam,
     distributed, the pipeline and the steps' worker modules imported, rather than spawned as new
-    interpreters that import them again (a worker the nanny replaces too). The nanny's ``pre-spawn-environ`` (glibc's trim threshold,
-    one BLAS thread) and hash seed must be in a process's environment when it starts, so they go
-    into this one's before the fork server starts, as the nanny would put them there before
-    spawning. The workers keep no statistical profile (it is for a dashboard, which this cluster has
+    interpreters that import them again (so is a worker the nanny starts in place of a lost one).
+    The nanny's ``pre-spawn-environ`` (glibc's trim threshold, one BLAS thread) and hash seed must
+    be in a process's environment when it starts, so they go into this one's before the fork server
+    starts, as the nanny would put them there before spawning. The workers keep no statistical profile (it is for a dashboard, which this cluster has
     not got, and its call trees grew by a fifth of a worker's memory at 8x the benchmark corpus) and
     shorter developer logs (each entry holds a task, and a stage's task holds its pickled DoFns).
     """
@@ -764,7 +765,8 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
     except (OSError, ValueError) as exc:  # distributed raises OSError on a timeout or refused connection
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
     given = dask_options.get("timeout")  # Beam's option: an int, else Dask's default
-    timeout = max(1, given if isinstance(given, int) else parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+    default = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    timeout = max(1, given if isinstance(given, int) else default)
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
