@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
                                       merged_config_data, source_of)
 from pipeline.util.errors import UserError
-from pretrain.loader import LoaderConfig, MLMLoader
+from pretrain.loader import IGNORE, LoaderConfig, MLMLoader
 
 
 @dataclasses.dataclass
@@ -403,7 +403,8 @@ class Trainer:
 
     def _train_step(self, batches: Iterator[dict[str, Any]], read: bool = True) -> dict[str, Any]:
         """One optimizer step of ``accum`` micro batches. With ``read`` (a log step) it returns the
-        record: this step's losses and metrics averaged over micro batches and ranks, and the time
+        record: this step's losses and metrics over its predicted positions and tokens on every
+        rank (the models' ``divisors``; RTD's disc_recall: the micro batches' mean), and the time
         and tokens/s of the steps since the last record. Without, nothing is read back from the
         device (no sync: the GPU runs ahead) and the record is empty."""
         import deepspeed.comm as dist
@@ -417,14 +418,15 @@ class Trainer:
         engine.train()
         lr = engine.get_lr()[0]
         sums: dict[str, Any] = {}
-        tokens = 0
-        for _ in range(self.accum):
-            host = next(batches)
-            tokens += int(host["attention_mask"].sum())  # on the host: no wait for the device
+        hosts = [next(batches) for _ in range(self.accum)]
+        counts = [(int(host["labels"].ne(IGNORE).sum()), int(host["attention_mask"].sum())) for host in hosts]
+        tokens = sum(real for _, real in counts)  # on the host: no wait for the device
+        divisors = self._divisors(counts)
+        for host in hosts:
             # packed rows without padding need no mask: attention may then take SDPA's flash kernel
             mask = None if bool(host["attention_mask"].all()) else host["attention_mask"].to(engine.device)
             batch = {k: v.to(engine.device, non_blocking=True) for k, v in host.items() if k != "attention_mask"}
-            out = engine(input_ids=batch["input_ids"], attention_mask=mask, labels=batch["labels"])
+            out = engine(input_ids=batch["input_ids"], attention_mask=mask, labels=batch["labels"], divisors=divisors)
             engine.backward(out.loss)
             engine.step()
             for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
@@ -446,6 +448,19 @@ class Trainer:
         return {**dict(zip(keys, values)), "lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm),
                 "step_time": step_time, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token,
                 "mfu": mfu(self.flops_per_token, tokens_per_s, self.device_peak, self.world_size), **memory_gb()}
+
+    def _divisors(self, counts: list[tuple[int, int]]) -> Any:
+        """The step's (predicted positions, real tokens) over this rank's micro batches and every rank,
+        each divided by micro batches x ranks (at least 1 in all), on the device: the models'
+        ``divisors`` (``heads.PREDICTED``). DeepSpeed divides each micro batch's loss by the micro
+        batches and averages the gradients over the ranks, so the step's gradient is then the sum of
+        every term over the step's own count. All-reduced on the device: the host does not wait."""
+        import deepspeed.comm as dist
+        import torch
+
+        total = torch.tensor([sum(column) for column in zip(*counts)], dtype=torch.float64, device=self.engine.device)
+        dist.all_reduce(total)
+        return (total.clamp(min=1.0) / (self.accum * self.world_size)).float()
 
     def validate(self) -> dict[str, float]:
         """Per-language MLM loss and perplexity on the held-out split (every rank runs the same batches, so

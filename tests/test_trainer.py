@@ -220,6 +220,51 @@ def test_metrics_count_real_tokens_and_validate_per_language(tmp_path: Path, sin
     assert all(1.0 < v for k, v in valid.items() if k.endswith("/ppl"))
 
 
+@pytest.mark.parametrize("model", ["xlmr-tiny", "mdeberta-tiny"])
+def test_accumulated_micro_batches_weigh_every_predicted_position_alike(model: str, tmp_path: Path, single_rank: None,
+                                                                       sample_tokenizer: Path, sample_tokens: Path) -> None:
+    """Two micro batches of one step, one with a single predicted position and padding: the step's
+    loss and gradient are every predicted position's (and, for RTD, every real token's) over the
+    step's own count, as fairseq and HF's Trainer normalize, not the mean of the micro batches'
+    means, which weighs that single position as much as all the other micro batch's together."""
+    from pretrain.models import build_pretraining_model
+    from pretrain.tokenizer import PAD_ID
+
+    config = yaml.safe_load((ROOT / "configs" / "models" / f"{model}.yaml").read_text(encoding="utf-8"))
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, model=str(tmp_path / "model.yaml"), grad_accum=2,
+                          loader={"seq_len": 64, "batch_size": 2})
+    first, second = next(trainer.loader), next(trainer.loader)
+    keep = tuple(second["labels"][0].ne(-100).nonzero()[0])
+    labels = torch.full_like(second["labels"], -100)
+    labels[0][keep] = second["labels"][0][keep]
+    second["labels"] = labels
+    second["input_ids"][1, 16:] = PAD_ID  # its second row padded after 16 tokens: the real tokens differ too
+    second["attention_mask"][1, 16:] = 0
+    reference = build_pretraining_model(trainer.model_cfg)
+    reference.load_state_dict(trainer.engine.module.state_dict())
+
+    torch.manual_seed(7)  # RTD samples its replacements: the same draws in both
+    record = trainer._train_step(iter([first, second]))
+    torch.manual_seed(7)
+    batches = [(batch["input_ids"], batch["attention_mask"], batch["labels"]) for batch in (first, second)]
+    rtd = model != "xlmr-tiny"
+    parts = [reference.losses(*batch) if rtd else {"gen_loss": reference(*batch).loss} for batch in batches]
+    predicted = [int(labels.ne(-100).sum()) for _, _, labels in batches]
+    real = [int(mask.sum()) for _, mask, _ in batches]
+    weight = reference.cfg.rtd_weight if rtd else 0.0
+    loss = sum(part["gen_loss"] * n for part, n in zip(parts, predicted)) / sum(predicted)
+    if rtd:
+        loss = loss + weight * sum(part["rtd_loss"] * n for part, n in zip(parts, real)) / sum(real)
+    mean_of_means = sum(float(part["gen_loss"]) + weight * float(part.get("rtd_loss", 0.0)) for part in parts) / 2
+    assert record["loss"] == pytest.approx(float(loss), rel=1e-5)
+    loss.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in reference.parameters() if p.grad is not None))
+    assert record["grad_norm"] == pytest.approx(float(norm), rel=1e-4)
+    assert mean_of_means != pytest.approx(float(loss), rel=1e-4)  # the case tells the two apart
+
+
 def test_zero3_export_matches_the_engine_and_hf(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
                                                 sample_tokens: Path) -> None:
     import deepspeed

@@ -12,6 +12,14 @@ from .config import ModelConfig
 
 IGNORE = -100
 """Label of a position that is not predicted."""
+PREDICTED, TOKENS = 0, 1
+"""Entries of a pretraining model's ``divisors`` (a tensor [2]): an optimizer step's positions to
+predict and its real tokens, over all its micro batches and ranks, each divided by micro batches x
+ranks. A loss term is then its sum over the micro batch over its unit's divisor, so that the step's
+gradient weighs every predicted position (and, for the RTD discriminator, every real token) alike,
+however the micro batches' counts differ (padding, whole-word and span masking): fairseq's
+normalization by an update's sample size, HF Trainer's by ``num_items_in_batch``. ``None``: each
+term is its mean over its own micro batch."""
 
 
 @dataclasses.dataclass
@@ -56,18 +64,22 @@ def masked_lm_logits(head: LMHead, hidden: torch.Tensor, embedding_weight: torch
     return logits, labels[predicted], predicted
 
 
-def mean_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy in fp32; 0 (with a graph) when nothing is predicted."""
-    if targets.numel() == 0:
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.float(), targets)
+def average(values: torch.Tensor, divisor: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of ``values`` (0 for none, with a graph), or their sum over ``divisor``: one micro
+    batch's share of an optimizer step's count (``divisors`` of a pretraining model's forward)."""
+    if divisor is not None:
+        return values.sum() / divisor
+    return values.mean() if values.numel() else values.sum()
 
 
-def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Share of rows whose argmax is the target (detached; 0 for no rows)."""
-    if targets.numel() == 0:
-        return logits.new_zeros((), dtype=torch.float32)
-    return (logits.detach().argmax(-1) == targets).float().mean()
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, divisor: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy in fp32, averaged over the rows as :func:`average` does."""
+    return average(F.cross_entropy(logits.float(), targets, reduction="none"), divisor)
+
+
+def accuracy(logits: torch.Tensor, targets: torch.Tensor, divisor: torch.Tensor | None = None) -> torch.Tensor:
+    """Share of rows whose argmax is the target (detached), averaged over the rows as :func:`average` does."""
+    return average((logits.detach().argmax(-1) == targets).float(), divisor)
 
 
 class RobertaClassificationHead(nn.Module):

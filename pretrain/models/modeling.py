@@ -10,7 +10,7 @@ from pipeline.util.errors import UserError
 
 from .config import ModelConfig
 from .heads import (IGNORE, ClassifierOutput, ContextPooler, LMHead, PretrainOutput, RobertaClassificationHead,
-                    accuracy, classifier_dropout, masked_lm_logits, mean_cross_entropy)
+                    PREDICTED, accuracy, classifier_dropout, cross_entropy, masked_lm_logits)
 from .layers import init_weights
 from .rtd import ReplacedTokenDetection
 
@@ -63,10 +63,13 @@ class MaskedLM(EncoderHolder):
         hidden = self.encoder(input_ids, attention_mask)
         return masked_lm_logits(self.lm_head, hidden, self.word_embeddings.weight, labels, self.cfg.sparse_mlm_head)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor) -> PretrainOutput:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor,
+                divisors: torch.Tensor | None = None) -> PretrainOutput:
+        """The MLM loss and accuracy over the predicted positions (``divisors``: :data:`heads.PREDICTED`)."""
         logits, targets, _ = self.masked_logits(input_ids, attention_mask, labels)
-        loss = mean_cross_entropy(logits, targets)
-        return PretrainOutput(loss, {"mlm_loss": loss.detach().float(), "mlm_acc": accuracy(logits, targets)})
+        per = None if divisors is None else divisors[PREDICTED]
+        loss = cross_entropy(logits, targets, per)
+        return PretrainOutput(loss, {"mlm_loss": loss.detach().float(), "mlm_acc": accuracy(logits, targets, per)})
 
 
 class Classifier(EncoderHolder):

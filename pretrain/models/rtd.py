@@ -4,7 +4,8 @@ sharing (GDES).
 The generator (same width, fewer layers) is trained with MLM on the masked input. At every predicted
 position a token is sampled from its (detached) distribution; the discriminator reads the original
 sequence with those positions replaced and predicts, per real token, whether it was replaced.
-loss = gen_loss + rtd_weight * rtd_loss (BCE mean over non-pad tokens).
+loss = gen_loss + rtd_weight * rtd_loss (BCE mean over non-pad tokens; both terms over the whole
+optimizer step's counts when the trainer passes ``divisors``: ``heads.PREDICTED``).
 
 GDES: the discriminator's input embeddings are ``stop_gradient(E_generator) + E_delta``; E_delta is
 the discriminator's own ``word_embeddings`` table, zero at init. The RTD loss therefore trains E_delta
@@ -19,7 +20,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .deberta import DebertaModel
-from .heads import RTDHead, PretrainOutput, accuracy, mean_cross_entropy
+from .heads import PREDICTED, TOKENS, PretrainOutput, RTDHead, accuracy, average, cross_entropy
 from .layers import init_weights
 
 
@@ -61,14 +62,16 @@ class ReplacedTokenDetection(nn.Module):
         shared = F.embedding(input_ids, self.generator.word_embeddings.weight.detach())
         return shared + self.discriminator.deberta.embeddings.word_embeddings(input_ids)
 
-    def losses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    def losses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor,
+               divisors: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """gen_loss and rtd_loss (with graphs) plus detached metrics: gen_acc, disc_acc, replaced (share of
-        real tokens replaced), disc_recall (replaced tokens detected)."""
+        real tokens replaced), disc_recall (replaced tokens detected, in this micro batch); each but
+        disc_recall over ``divisors`` where given (``heads.PREDICTED``)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         gen_logits, targets, predicted = self.generator.masked_logits(input_ids, attention_mask, labels)
-        gen_loss = mean_cross_entropy(gen_logits, targets)
+        per_predicted, per_token = (None, None) if divisors is None else (divisors[PREDICTED], divisors[TOKENS])
+        gen_loss = cross_entropy(gen_logits, targets, per_predicted)
         original = torch.where(predicted, labels, input_ids)
         corrupted = original.masked_scatter(predicted, sample_tokens(gen_logits))
         replaced = corrupted.ne(original)
@@ -76,17 +79,18 @@ class ReplacedTokenDetection(nn.Module):
         real = attention_mask.bool()
         rtd_logits = self.discriminator.mask_predictions(hidden)[real].float()
         rtd_targets = replaced[real].float()
-        rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, rtd_targets)
+        rtd_loss = average(F.binary_cross_entropy_with_logits(rtd_logits, rtd_targets, reduction="none"), per_token)
         with torch.no_grad():
             guesses = rtd_logits.gt(0).float()
             recall = (guesses * rtd_targets).sum() / rtd_targets.sum().clamp(min=1.0)
-            metrics = {"gen_acc": accuracy(gen_logits, targets), "disc_acc": guesses.eq(rtd_targets).float().mean(),
-                       "replaced": rtd_targets.mean(), "disc_recall": recall}
+            metrics = {"gen_acc": accuracy(gen_logits, targets, per_predicted),
+                       "disc_acc": average(guesses.eq(rtd_targets).float(), per_token),
+                       "replaced": average(rtd_targets, per_token), "disc_recall": recall}
         return {"gen_loss": gen_loss, "rtd_loss": rtd_loss, **metrics}
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                labels: torch.Tensor) -> PretrainOutput:
-        parts = self.losses(input_ids, attention_mask, labels)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor,
+                divisors: torch.Tensor | None = None) -> PretrainOutput:
+        parts = self.losses(input_ids, attention_mask, labels, divisors)
         loss = parts["gen_loss"] + self.cfg.rtd_weight * parts["rtd_loss"]
         metrics = {name: value.detach().float() for name, value in parts.items()}
         metrics["loss"] = loss.detach().float()
