@@ -48,6 +48,23 @@ def mean(history: list[dict[str, float]], key: str) -> float:
     return sum(row[key] for row in history) / len(history)
 
 
+def test_rtd_head_is_deberta_s_own_on_its_weights():
+    """The head computes what microsoft/DeBERTa's ``LMMaskPredictionHead`` computes with the same
+    ``mask_predictions.*`` weights (a published checkpoint's): LayerNorm of each token's state plus
+    the first token's, then dense, gelu and the classifier (written out here from that code)."""
+    cfg, model = tiny_rtd()
+    head = model.discriminator.mask_predictions
+    with torch.no_grad():
+        for param in head.parameters():
+            param.normal_(0.0, 0.5)
+    hidden = torch.randn(3, 7, cfg.hidden_size)
+    ctx = torch.nn.functional.layer_norm(hidden[:, 0, :].unsqueeze(-2) + hidden, (cfg.hidden_size,),
+                                         head.LayerNorm.weight, head.LayerNorm.bias, cfg.layer_norm_eps)
+    expected = torch.nn.functional.linear(torch.nn.functional.gelu(head.dense(ctx)), head.classifier.weight,
+                                          head.classifier.bias).squeeze(-1)
+    torch.testing.assert_close(head(hidden), expected)
+
+
 def test_generator_and_discriminator_losses_fall_on_real_text():
     _, model = tiny_rtd()
     history = train(model, steps=150)

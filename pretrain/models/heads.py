@@ -108,7 +108,10 @@ class ContextPooler(nn.Module):
 
 
 class RTDHead(nn.Module):
-    """Replaced-token detection: a logit per token, ``classifier(LayerNorm(gelu(dense(h))))``."""
+    """Replaced-token detection as microsoft/DeBERTa's ``LMMaskPredictionHead``, whose weights
+    (``mask_predictions.*``) the published checkpoints carry: a logit per token,
+    ``classifier(gelu(dense(LayerNorm(h + h[:, 0]))))``, each token's state with the first token's
+    (``[CLS]``/``<s>``, the sequence's context) added."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -117,7 +120,7 @@ class RTDHead(nn.Module):
         self.classifier = nn.Linear(cfg.hidden_size, 1)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.LayerNorm(F.gelu(self.dense(hidden)))).squeeze(-1)
+        return self.classifier(F.gelu(self.dense(self.LayerNorm(hidden + hidden[:, :1])))).squeeze(-1)
 
 
 def classifier_dropout(cfg: ModelConfig) -> float:
