@@ -44,6 +44,27 @@ def test_config_errors_name_the_key(overrides, message):
         load_model_config("xlmr-tiny", overrides=overrides)
 
 
+def test_a_repeated_attention_type_is_refused():
+    """HF counts each of c2p and p2c once in the attention's scale; a repeat here would count twice."""
+    with pytest.raises(UserError, match="pos_att_type names a type twice"):
+        load_model_config("mdeberta-tiny", sets=["pos_att_type=[c2p, c2p]"])
+
+
+@pytest.mark.parametrize("key, value", [("embedding_size", 16), ("attention_head_size", 8), ("num_labels", 1)])
+def test_hf_variants_we_do_not_build_are_one_line(key, value, tmp_path):
+    """HF's factorized embeddings, heads narrower than hidden / heads, and a one-label (regression)
+    classifier: each named with its file, not a size mismatch or a loss that is always 0."""
+    import json
+
+    from pretrain.models.hf import hf_config, load_hf
+
+    config = {**hf_config(load_model_config("mdeberta-tiny", overrides={"vocab_size": 100, "objective": "mlm"}),
+                          num_labels=2), key: value}
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(UserError, match=rf"config.json: .*{key}.*"):
+        load_hf(tmp_path)
+
+
 def test_unknown_name_lists_the_names():
     with pytest.raises(UserError, match="xlmr-base"):
         load_model_config("xlmr-huge")

@@ -124,6 +124,8 @@ def validate_model_config(cfg: ModelConfig, source: Source | str) -> ModelConfig
         raise UserError(f"{source}: pos_att_type must name at least one of {', '.join(POS_ATT_TYPES)}")
     if bad:
         raise UserError(f"{source_of(source, 'pos_att_type')}: pos_att_type holds {bad[0]!r}; allowed: {', '.join(POS_ATT_TYPES)}")
+    if len(set(cfg.pos_att_type)) < len(cfg.pos_att_type):  # a repeat would count twice in the attention's scale
+        raise UserError(f"{source_of(source, 'pos_att_type')}: pos_att_type names a type twice: {cfg.pos_att_type}")
     return cfg
 
 

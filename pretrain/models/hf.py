@@ -89,6 +89,11 @@ def config_from_hf(data: dict[str, Any], source: str) -> ModelConfig:
               "max_position_embeddings", "layer_norm_eps", "hidden_dropout_prob", "attention_probs_dropout_prob",
               "initializer_range", "pad_token_id")
     values: dict[str, Any] = {key: data[key] for key in fields if data.get(key) is not None}
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    for key, want in (("embedding_size", hidden), ("attention_head_size", hidden // heads if hidden and heads else None)):
+        if data.get(key) is not None and data[key] != want:  # HF's factorized embeddings / narrower heads
+            raise UserError(f"{source}: {key}={data[key]!r} is not supported (only {want!r}, from hidden_size "
+                            f"{hidden} and num_attention_heads {heads})")
     values["classifier_dropout"] = data.get("classifier_dropout" if arch == "xlmr" else "cls_dropout")
     if arch == "deberta-v3":
         _check_deberta_variant(data, source)
@@ -193,7 +198,8 @@ def _load_hf(model_dir: Path) -> tuple[ModelConfig, nn.Module, dict[str, torch.T
     architecture = (data.get("architectures") or [""])[0]
     model: nn.Module
     if architecture.endswith("ForSequenceClassification"):
-        model = build_classifier(cfg, int(data.get("num_labels") or len(data.get("id2label") or {}) or 2))
+        model = build_classifier(cfg, int(data.get("num_labels") or len(data.get("id2label") or {}) or 2),
+                                 str(config_path))
     elif architecture.endswith("ForMaskedLM") or not architecture:
         model = MaskedLM(cfg)
     else:

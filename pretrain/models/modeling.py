@@ -107,10 +107,11 @@ def build_pretraining_model(cfg: ModelConfig) -> nn.Module:
     return MaskedLM(cfg)
 
 
-def build_classifier(cfg: ModelConfig, num_labels: int) -> Classifier:
+def build_classifier(cfg: ModelConfig, num_labels: int, source: str = "") -> Classifier:
     """A freshly initialised sequence classifier of ``cfg.arch`` with ``num_labels`` outputs."""
-    if num_labels < 1:
-        raise UserError(f"num_labels must be at least 1, got {num_labels}")
+    if num_labels < 2:  # one class: a cross-entropy of 0 whatever the weights (HF takes it for regression)
+        raise UserError(f"{source + ': ' if source else ''}num_labels must be at least 2 (a classifier; HF's "
+                        f"num_labels=1 means regression, which is not implemented), got {num_labels}")
     return Classifier(cfg, num_labels)
 
 
