@@ -264,6 +264,36 @@ def test_a_scheduler_lost_mid_run_is_one_line(tmp_path, caplog):
         cluster.stop()
 
 
+def test_a_scheduler_that_lost_every_worker_is_one_line_within_the_timeout(tmp_path):
+    """The only worker killed while a task runs: the scheduler would hold the task for a worker for
+    ever; after --dask_connection_timeout without one, one line naming the scheduler instead."""
+    from pipeline.runners.dask_runner import DaskRunner
+
+    cluster = DaskCluster(tmp_path, workers=1)
+    options = PipelineOptions(["--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout=3",
+                               f"--temp_location={tmp_path / 'tmp'}", f"--dask_task_folder={tmp_path / 'tasks'}"])
+    try:
+        p = beam.Pipeline(runner=DaskRunner(), options=options)
+        _ = p | beam.Create([0]) | "Wait" >> beam.Map(lambda x: time.sleep(120))
+        result = p.run()
+        deadline = time.monotonic() + 60
+        while not any("Wait" in str(key) for keys in cluster.client.processing().values() for key in keys):
+            assert time.monotonic() < deadline, "the task did not start"
+            time.sleep(0.1)
+        address = cluster.client.scheduler.address
+        cluster.procs[1].kill()
+        start = time.monotonic()
+        with pytest.raises(UserError) as failed:
+            result.wait_until_finish(duration=60_000)  # (bounded: before, it waited for ever)
+        assert str(failed.value) == (
+            f"the Dask scheduler at {address} lost every worker and none joined within 3 s (start `dask worker "
+            f"{address}` on the machines that run the tasks; --dask_connection_timeout waits longer)")
+        assert 3 <= time.monotonic() - start < 30
+        assert not cluster.client.processing() or not any(cluster.client.processing().values())
+    finally:
+        cluster.stop()
+
+
 class _EvenOdd(beam.DoFn):
     """Evens to the main output, odds to ``odd``; how many it saw to ``seen`` from finish_bundle."""
 

@@ -591,8 +591,9 @@ class DaskRunnerResult(PipelineResult):
     another (``files``, ``bytes``: the task folder's size at the end) and the pieces they read
     (``reads``), by the tasks this driver ran.
 
-    A task whose worker died each time it ran it, or tasks the scheduler dropped (it ended, or the
-    connection to it failed), end the run with one line (:class:`UserError`) naming them."""
+    A task whose worker died each time it ran it, tasks the scheduler dropped (it ended, or the
+    connection to it failed), or a scheduler left without a worker for :func:`worker_wait`'s
+    seconds, end the run with one line (:class:`UserError`) naming them."""
 
     def __init__(self, client: Any, cluster: Any, shuffle_dir: str, keep: bool) -> None:
         super().__init__(PipelineState.RUNNING)
@@ -604,6 +605,8 @@ class DaskRunnerResult(PipelineResult):
         self.stages: dict[str, str] = {}  # a stage's task name -> its name in the ledger
         self.progress: ledger.Progress | None = None
         self.interval = 30.0
+        self.worker_wait = 30.0  # (:func:`worker_wait`)
+        self.workerless_since: float | None = None
 
     def wait_until_finish(self, duration: int | None = None) -> str:
         from distributed import KilledWorker, wait
@@ -612,16 +615,18 @@ class DaskRunnerResult(PipelineResult):
         deadline = None if duration is None else time.monotonic() + duration / 1000
         tick = self.interval if self.progress and self.interval > 0 else None
         next_tick = None if tick is None else time.monotonic() + tick
+        look = min(5.0, self.worker_wait / 3)  # how often the scheduler is asked whether it has a worker
         try:
             pending = list(self.futures)
             while pending:  # a worker's error is raised here, on the client, as soon as it comes
-                until = min((t for t in (deadline, next_tick) if t is not None), default=None)
+                until = min((t for t in (deadline, next_tick) if t is not None), default=time.monotonic() + look)
                 try:
-                    wait(pending, timeout=None if until is None else max(0.0, until - time.monotonic()),
+                    wait(pending, timeout=max(0.0, min(until, time.monotonic() + look) - time.monotonic()),
                          return_when="FIRST_COMPLETED")
                 except TimeoutError:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise
+                    self._check_workers()
                 for future in pending:
                     if future.status == "error":
                         future.result()
@@ -647,6 +652,23 @@ class DaskRunnerResult(PipelineResult):
                     wait(self.futures, timeout=10, return_when="ALL_COMPLETED")
             self.close()
         return self._state
+
+    def _check_workers(self) -> None:
+        """One line once the scheduler has had no worker for :func:`worker_wait`'s seconds: every one
+        it had ended (a remote cluster's, or a LocalCluster's nannies too), and its tasks would wait
+        for ever for one to join."""
+        if self.client.scheduler_info(n_workers=1)["workers"]:
+            self.workerless_since = None
+            return
+        now = time.monotonic()
+        self.workerless_since = self.workerless_since or now
+        if now - self.workerless_since >= self.worker_wait:
+            if self.cluster is not None:
+                raise UserError(f"the run's Dask LocalCluster lost every worker and none came back within "
+                                f"{self.worker_wait:g} s")
+            raise UserError(f"the Dask scheduler at {self.address} lost every worker and none joined within "
+                            f"{self.worker_wait:g} s (start `dask worker {self.address}` on the machines that run the "
+                            "tasks; --dask_connection_timeout waits longer)")
 
     def _killed(self, exc: Any) -> str:
         """What a ``KilledWorker`` means, worded as the DirectRunner words a lost SDK worker."""
@@ -743,12 +765,20 @@ def local_workers(options: PipelineOptions) -> int | None:
     return options.view_as(LocalDaskOptions).dask_num_workers or os.cpu_count() or 1
 
 
+def worker_wait(options: PipelineOptions) -> float:
+    """Seconds a run waits for a worker where a scheduler has none (at the start, or after losing
+    every one): ``--dask_connection_timeout``, else Dask's connect timeout; at least 1."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    given = client_options(options).get("timeout")  # Beam's option: an int, else Dask's default
+    return max(1, given if isinstance(given, int) else parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+
+
 def connect(options: PipelineOptions) -> tuple[Any, Any]:
     """``(client, cluster)``: to the scheduler the options name, once it has a worker (within the
     connection timeout: tasks on a scheduler without workers wait for ever), or to a new LocalCluster."""
-    import dask
     from dask.distributed import Client
-    from dask.utils import parse_timedelta
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # importing it set INFO: cluster start/stop lines
     # a LocalCluster's scheduler (in this process) logs every task a lost worker held, dozens of lines,
@@ -764,9 +794,7 @@ def connect(options: PipelineOptions) -> tuple[Any, Any]:
         client = Client(**dask_options)
     except (OSError, ValueError) as exc:  # distributed raises OSError on a timeout or refused connection
         raise UserError(f"cannot reach the Dask scheduler at {where}: {exc}") from None
-    given = dask_options.get("timeout")  # Beam's option: an int, else Dask's default
-    default = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
-    timeout = max(1, given if isinstance(given, int) else default)
+    timeout = worker_wait(options)
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
@@ -825,6 +853,7 @@ class DaskRunner(beam_dask.DaskRunner):
         client, cluster = connect(options)
         folder, keep = shuffle_folder(options)
         result = DaskRunnerResult(client, cluster, folder, keep)
+        result.worker_wait = worker_wait(options)
         try:
             recorded = ledger.read_plan(folder) if keep else None
             translation = translate(pipeline, options, folder, partitions(options, client, recorded))
