@@ -228,6 +228,11 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, 
         "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": list(opt.betas), "eps": opt.eps,
                                                   "weight_decay": opt.weight_decay, "torch_adam": torch_adam}},
     })
+    if ds["bf16"]["enabled"] and stage > 1:
+        # micro batches' gradients summed in fp32 (bf16 keeps 8 bits), as Megatron and HF's autocast do, unless the
+        # JSON says otherwise. Not at ZeRO-1: there DeepSpeed does it with its BF16_Optimizer, whose checkpoints
+        # its zero_to_fp32 cannot merge ("not a zero checkpoint"), so no export could read them
+        ds.setdefault("data_types", {"grad_accum_dtype": "fp32"})
     if torch_adam:
         ds["zero_force_ds_cpu_optimizer"] = False
         if torch.cuda.is_available():  # torch's fused AdamW: one kernel for all parameters

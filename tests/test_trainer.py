@@ -140,6 +140,23 @@ def test_deepspeed_config_from_json_and_run(tmp_path: Path, monkeypatch: pytest.
             deepspeed_config(cfg, 2, "run.yaml")
 
 
+@pytest.mark.parametrize("stage, accumulated_in", [(1, None), (2, "fp32"), (3, "fp32")])
+def test_bf16_micro_batches_are_summed_in_fp32(stage: int, accumulated_in: str | None, tmp_path: Path) -> None:
+    """In bf16, DeepSpeed sums the micro batches' gradients in bf16 (8 bits of mantissa) unless told
+    otherwise; ZeRO-2/3 are told fp32 (a JSON's own data_types wins). ZeRO-1 stays: DeepSpeed does it
+    there with its BF16_Optimizer, whose checkpoints its zero_to_fp32 cannot merge for an export.
+    (A bf16 run on CPU, 4 steps of 2 micro batches at each stage: resumed from step 2 with the same
+    losses, and exported; 2026-12-01.)"""
+    cfg = RunConfig(deepspeed=str(ROOT / f"configs/deepspeed/zero{stage}.json"), grad_accum=2, precision="bf16")
+    assert deepspeed_config(cfg, 1, "run.yaml").get("data_types", {}).get("grad_accum_dtype") == accumulated_in
+    own = tmp_path / "ds.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": stage}, "data_types": {"grad_accum_dtype": "bf16"}}))
+    cfg.deepspeed = str(own)
+    assert deepspeed_config(cfg, 1, "run.yaml")["data_types"] == {"grad_accum_dtype": "bf16"}
+    cfg.deepspeed, cfg.precision = str(ROOT / f"configs/deepspeed/zero{stage}.json"), "fp32"
+    assert "data_types" not in deepspeed_config(cfg, 1, "run.yaml")
+
+
 def test_lr_schedule() -> None:
     linear = ScheduleConfig(warmup_steps=4, decay="linear", min_lr_ratio=0.1)
     assert [lr_factor(s, linear, 14) for s in (0, 3)] == [0.25, 1.0]
