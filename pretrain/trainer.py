@@ -463,7 +463,8 @@ class Trainer:
         import deepspeed.comm as dist
         import torch
 
-        total = torch.tensor([sum(column) for column in zip(*counts)], dtype=torch.float64, device=self.engine.device)
+        total = torch.tensor([sum(column) for column in zip(*counts)], dtype=torch.float64)
+        total = total.to(self.engine.device, non_blocking=True)  # (a blocking copy would wait for the device)
         dist.all_reduce(total)
         return (total.clamp(min=1.0) / (self.accum * self.world_size)).float()
 
