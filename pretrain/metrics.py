@@ -10,12 +10,16 @@ from typing import Any
 
 import torch
 
-PEAK_FLOPS = {"a100": 312e12, "h100": 989e12, "h200": 989e12}
-"""Dense bf16 peak FLOP/s per GPU by name fragment (NVIDIA data sheets, without sparsity)."""
+from pipeline.util.errors import UserError
+
+PEAK_FLOPS = {"h100 pcie": 756e12, "h100 nvl": 835e12, "h200 nvl": 835e12, "a100": 312e12, "h100": 989e12,
+              "h200": 989e12}
+"""Dense bf16 peak FLOP/s per GPU by name fragment, the first that the name holds (NVIDIA data sheets,
+without sparsity: the PCIe and NVL cards run below the SXM parts' 989e12)."""
 
 
 def default_peak_flops() -> float | None:
-    """Peak bf16 FLOP/s of this process's GPU by its name (A100 312e12, H100/H200 989e12); None on CPU or an unknown GPU."""
+    """Peak bf16 FLOP/s of this process's GPU by its name (:data:`PEAK_FLOPS`); None on CPU or an unknown GPU."""
     if not torch.cuda.is_available():
         return None
     name = torch.cuda.get_device_name().lower()
@@ -47,7 +51,7 @@ def keep_until(path: Path, step: int) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:  # the last line of a writer that was killed
             continue
-        if record.get("step", 0) <= step:
+        if isinstance(record, dict) and record.get("step", 0) <= step:  # (a line that is no record goes too)
             kept.append(line + "\n")
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(kept), encoding="utf-8")
@@ -72,7 +76,8 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial + 1 if initial else None)
+            # the steps after ``initial`` of an earlier (killed) run are dropped, from the first one on a fresh start
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial + 1)
         if progress:
             from tqdm import tqdm
 
@@ -90,8 +95,14 @@ class MetricsLogger:
             for key, value in clean.items():
                 if isinstance(value, (int, float)) and value is not None:
                     self.writer.add_scalar(key, value, step)
-        if self.bar is not None and "loss" in clean:
-            self.bar.set_postfix(loss=f"{clean['loss']:.4f}", lr=f"{clean.get('lr', 0):.2e}")
+        if self.bar is not None and "loss" in record:  # (a diverged run's NaN shows as nan)
+            self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record.get('lr', 0):.2e}")
+
+    def flush(self) -> None:
+        """TensorBoard's buffered events to disk (at a checkpoint: a run killed after it and resumed
+        from it writes only the later steps again)."""
+        if self.writer is not None:
+            self.writer.flush()
 
     def advance(self) -> None:
         if self.bar is not None:
@@ -107,7 +118,15 @@ def read_metrics(path: Path) -> dict[int, dict[str, Any]]:
     """The records of a metrics.jsonl by step, merged with the step's other records (training and
     validation lines)."""
     records: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):  # the last line of a writer that was killed, or is writing it now
+                break
+            raise UserError(f"{path}: line {number} is not JSON") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise UserError(f"{path}: line {number} is not a metrics record (an object with a step)")
         records.setdefault(record["step"], {}).update(record)
     return records

@@ -96,7 +96,7 @@ class RunConfig:
     validation_batches: int = 20
     """Validation batches per language (from the held-out split)."""
     peak_flops: float | None = None
-    """Peak FLOP/s of one device for MFU (null: A100 312e12, H100/H200 989e12 by GPU name; no MFU on CPU)."""
+    """Peak FLOP/s of one device for MFU (null: by GPU name, A100 312e12, H100/H200 989e12, H100 PCIe 756e12, NVL 835e12; no MFU on CPU)."""
     tensorboard: bool = True
     """Write TensorBoard scalars to <output>/tensorboard."""
     progress: bool = True
@@ -397,6 +397,7 @@ class Trainer:
                     logger.log(self.step, self.validate())
                 if self.step % cfg.intervals.checkpoint == 0 or last:
                     self.save()
+                    logger.flush()
                 logger.advance()
         finally:
             logger.close()

@@ -506,6 +506,54 @@ def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path: Path) -> None:
     assert not (tmp_path / "other").exists()
 
 
+def tensorboard_steps(folder: Path) -> list[tuple[int, float]]:
+    """(step, loss) of every ``loss`` scalar in a TensorBoard folder, as TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder)).Reload()
+    return [(e.step, e.value) for e in events.Scalars("loss")] if "loss" in events.Tags()["scalars"] else []
+
+
+def test_metrics_survive_a_diverged_loss_a_kill_and_a_fresh_restart(tmp_path: Path) -> None:
+    """A NaN loss (a diverged bf16 run) with the progress bar on; TensorBoard's events on disk at a
+    checkpoint (a kill after it lost the steps still buffered); a fresh start (no checkpoint to
+    resume) drops a killed run's TensorBoard steps as it drops its metrics.jsonl lines; a file cut
+    short or hand-edited is read up to its cut, or refused in one line."""
+    from pretrain.metrics import MetricsLogger, keep_until
+
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True, progress=True, total=9, initial=0)
+    for step in (1, 2, 3):
+        logger.log(step, {"loss": float("nan") if step == 3 else 10.0 + step, "lr": 0.1})
+    logger.flush()
+    assert tensorboard_steps(tmp_path / "tensorboard") == [(1, 11.0), (2, 12.0)]  # (NaN is not a point)
+    # killed: not closed; a fresh start writes steps 1 and 2 again
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True, progress=False, total=9, initial=0)
+    for step in (1, 2):
+        logger.log(step, {"loss": float(step)})
+    logger.close()
+    assert tensorboard_steps(tmp_path / "tensorboard") == [(1, 1.0), (2, 2.0)]
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path)[2]["loss"] == 2.0
+    path.write_text(path.read_text() + '{"step": 3, "lo')
+    assert sorted(read_metrics(path)) == [1, 2]
+    path.write_text('[1, 2]\n{"step": 1}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl: line 1 is not a metrics record"):
+        read_metrics(path)
+    keep_until(path, 5)
+    assert path.read_text() == '{"step": 1}\n'
+
+
+@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
+                                        ("NVIDIA H100 NVL", 835e12), ("NVIDIA A100-SXM4-80GB", 312e12),
+                                        ("NVIDIA H200", 989e12), ("Tesla T4", None)])
+def test_peak_flops_by_gpu_name(name: str, peak: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pretrain.metrics import default_peak_flops
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    assert default_peak_flops() == peak
+
+
 def test_launchers_and_gpus_the_trainer_cannot_see_here(monkeypatch, tmp_path):
     """What a GPU cluster brings, emulated on CPU: an MPI launcher or srun sets no RANK (every process
     trained alone as rank 0); a V100's bf16 is emulated (`precision: auto` took it); each rank's CUDA
