@@ -53,19 +53,23 @@ def valid_score(doc_id: str) -> float:
 
 
 def forced_valid(shards: dict[str, list[str]], fraction: float) -> dict[str, str]:
-    """Per language with no document under ``fraction`` (and at least two): its lowest-hash document id."""
+    """Per language with no document under ``fraction`` (and at least two): the id of its lowest-hash
+    document with a text that is not blank (a blank one has no tokens, and no held-out document)."""
     forced = {}
     for lang, paths in shards.items():
-        count, lowest = 0, (1.0, "")
+        count, lowest = 0, 1.0
         for path in paths:
             ids = read_columns(path, "id")[0]
             count += len(ids)
-            lowest = min([lowest, *((valid_score(i), i) for i in ids)])
+            lowest = min([lowest, *(valid_score(i) for i in ids)])
         if not count:
             raise UserError(f"lang={lang}: no documents in {len(paths)} shard(s), e.g. {paths[0]} (empty language; "
                             f"leave it out with --languages)")
-        if fraction > 0 and count > 1 and lowest[0] >= fraction:
-            forced[lang] = lowest[1]
+        if fraction > 0 and count > 1 and lowest >= fraction:  # (a small language: its texts read once more)
+            candidates = [(valid_score(i), i) for path in paths for text, i in zip(*read_columns(path, "text", "id"))
+                          if text and not text.isspace()]
+            if candidates:
+                forced[lang] = min(candidates)[1]
     return forced
 
 
@@ -166,7 +170,14 @@ def done_shard(job: ShardJob, fingerprint: str) -> dict[str, Any] | None:
                         f"now {[list(pair) for pair in job.rehydration]}; use a new --out")
     if info.get("forced_valid") != job.forced:  # the language's shards changed: another document is held out
         return None
-    return info if info.get("source_sha256") == fs.sha256(job.source) else None
+    if info.get("source_sha256") != fs.sha256(job.source):
+        return None
+    try:  # its arrays as shard.json says (a copy cut short, a file lost): written again
+        for split in SPLITS:
+            load_split(job.target, split, info, info["vocab_size"])
+    except UserError:
+        return None
+    return info
 
 
 def target_of(shard: str, corpus: str) -> Path:

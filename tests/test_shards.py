@@ -96,11 +96,11 @@ def test_a_rerun_holds_out_what_a_new_run_holds_out(sample_tokenizer: Path, tmp_
     ids = [i for score, i in sorted((valid_score(f"sw-{n}"), f"sw-{n}") for n in range(400)) if score >= fraction]
     lowest, second, rest = ids[0], ids[1], ids[2:12]
 
-    def write(part: int, docs: list[str]) -> None:
+    def write(part: int, docs: list[str], blank: str = "") -> None:
         folder = tmp_path / "corpus" / "lang=sw" / "bucket=all"
         folder.mkdir(parents=True, exist_ok=True)
-        rows = {"id": sorted(docs), "text": ["paka ameketi juu ya mkeka"] * len(docs), "lang": ["sw"] * len(docs),
-                "bucket": ["all"] * len(docs)}
+        rows = {"id": sorted(docs), "text": [" \n" if i == blank else "paka ameketi juu ya mkeka" for i in sorted(docs)],
+                "lang": ["sw"] * len(docs), "bucket": ["all"] * len(docs)}
         table = pa.table({f.name: rows.get(f.name, [None] * len(docs)) for f in SCHEMA}, schema=SCHEMA)
         write_table(table, str(folder / f"part-{part:05d}.arrow"), "arrow")
 
@@ -117,6 +117,25 @@ def test_a_rerun_holds_out_what_a_new_run_holds_out(sample_tokenizer: Path, tmp_
     tokenize_corpus(tmp_path / "corpus", sample_tokenizer, tmp_path / "fresh", valid_fraction=fraction)
     assert held_out(tmp_path / "tokens") == held_out(tmp_path / "fresh") == (1, 11)
     assert token_files(tmp_path / "tokens") == token_files(tmp_path / "fresh")
+    write(1, [*rest[5:], lowest], blank=lowest)  # a blank lowest has no tokens: the next one is held out
+    tokenize_corpus(tmp_path / "corpus", sample_tokenizer, tmp_path / "blank", valid_fraction=fraction)
+    assert held_out(tmp_path / "blank") == (1, 10)
+
+
+def test_a_rerun_repairs_a_shard_cut_short(sample_corpus: Path, sample_tokenizer: Path, sample_tokens: Path,
+                                           tmp_path: Path) -> None:
+    """A token array cut short (a copy interrupted) or lost: the rerun that the error suggests writes
+    it again; it took the shard for done by its shard.json alone."""
+    out = tmp_path / "tokens"
+    shutil.copytree(sample_tokens, out)
+    tokens = sorted(out.rglob("train.tokens.npy"))
+    tokens[0].write_bytes(tokens[0].read_bytes()[:-100])
+    tokens[1].unlink()
+    with pytest.raises(UserError, match="corrupt"):
+        TokenShards.open(out)
+    tokenize_corpus(sample_corpus, sample_tokenizer, out, valid_fraction=VALID)
+    TokenShards.open(out)
+    assert token_files(out) == token_files(sample_tokens)
 
 
 def test_a_rerun_cut_short_is_never_taken_for_complete(sample_corpus: Path, sample_tokenizer: Path, sample_tokens: Path,
