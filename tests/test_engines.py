@@ -235,6 +235,18 @@ def test_a_task_that_kills_every_worker_running_it_is_one_line(tmp_path, caplog)
     assert not [r for r in caplog.records if r.name.startswith("distributed.scheduler")]
 
 
+def test_a_task_that_failed_and_then_finished_is_no_failure(tmp_path):
+    """`pipeline status` showed a task's error from an earlier driver's attempt after the resumed
+    run had finished the task."""
+    from pipeline.runners import ledger
+
+    (tmp_path / ledger.TASKS).mkdir()
+    ledger.record_failure(str(tmp_path), 0, 0, OSError("connection reset"))
+    ledger.record_failure(str(tmp_path), 0, 1, OSError("disk full"))
+    ledger.record(str(tmp_path), 0, 0, {"attempt": "b"})
+    assert ledger.failures(str(tmp_path)) == {(0, 1): "OSError: disk full"}
+
+
 def test_a_scheduler_lost_mid_run_is_one_line(tmp_path, caplog):
     """The scheduler killed while a task runs: one line naming it, not Dask's cancelled futures, nor
     the traceback of the client's reconnection, cancelled when the run closes it."""

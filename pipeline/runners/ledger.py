@@ -105,8 +105,13 @@ def finished(folder: str, known: Iterable[str] = ()) -> dict[tuple[int, int], di
 
 
 def failures(folder: str) -> dict[tuple[int, int], str]:
+    """The last error of each task that has not finished since: one that failed in a driver's attempt
+    and finished in a resumed one is done, its old marker no failure."""
     found = {}
+    done = {_index(path) for path in fs.match_optional(folder, TASKS, f"*{DONE}")}
     for path in fs.match_optional(folder, TASKS, f"*{FAILED}"):
+        if _index(path) in done:
+            continue
         with fs.open_read(path) as stream:
             found[_index(path)] = stream.read().decode(errors="replace")
     return found
