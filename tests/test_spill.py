@@ -144,10 +144,38 @@ def test_hold_bytes_is_a_quarter_of_the_memory_available(tmp_path, monkeypatch):
 
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n")
-    assert memory.available_bytes(str(meminfo)) == 20000000 * 1024
-    assert memory.available_bytes(str(tmp_path / "absent")) == 0
+    alone = str(tmp_path / "no-cgroup")  # (this machine's own cgroups left out)
+    assert memory.available_bytes(str(meminfo), own=alone) == 20000000 * 1024
+    assert memory.available_bytes(str(tmp_path / "absent"), own=alone) == 0
     monkeypatch.setattr(spill, "available_bytes", lambda: 4000)
     assert spill.hold_bytes() == 1000
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_the_memory_available_is_the_containers_not_the_hosts(version, tmp_path):
+    """In a container, a Kubernetes pod or a Slurm job, /proc/meminfo shows the host's memory: a run
+    held a quarter of a 512 GB host's in a 32 GB pod, and the kernel killed it. The tightest memory
+    cgroup the process is in (its own or a parent's) lowers it: limit - usage + inactive cache."""
+    from pipeline.util import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:   500000000 kB\n")  # ~477 GiB
+    cgroups, own = tmp_path / "cgroup", tmp_path / "self-cgroup"
+    limit, usage, inactive = memory.CGROUP_FILES[version]
+    mount = cgroups if version == "v2" else cgroups / "memory"
+    job, pod = mount / "kubepods" / "pod1", mount / "kubepods"
+    for folder, (cap, used, cache) in ((job, ("max" if version == "v2" else str(2**63 - 4096), 10, 0)),
+                                       (pod, (str(32 * 2**30), str(30 * 2**30), 2**30))):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / limit).write_text(f"{cap}\n")
+        (folder / usage).write_text(f"{used}\n")
+        (folder / "memory.stat").write_text(f"anon 5\n{inactive} {cache}\n")
+    if version == "v2":
+        (cgroups / "cgroup.controllers").write_text("cpu memory\n")
+    own.write_text("0::/kubepods/pod1\n" if version == "v2" else "4:memory:/kubepods/pod1\n1:cpu:/\n")
+    assert memory.available_bytes(str(meminfo), str(cgroups), str(own)) == 3 * 2**30
+    own.write_text("0::/elsewhere\n" if version == "v2" else "4:memory:/elsewhere\n")  # no limit on its way up
+    assert memory.available_bytes(str(meminfo), str(cgroups), str(own)) == 500000000 * 1024
 
 
 def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):

@@ -3,6 +3,7 @@ and the memory a run may hold documents in."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -29,14 +30,61 @@ class OwnArena:
         self._thread.shutdown(wait=False)
 
 
-def available_bytes(meminfo: str = "/proc/meminfo") -> int:
+def available_bytes(meminfo: str = "/proc/meminfo", cgroups: str = "/sys/fs/cgroup",
+                    own: str = "/proc/self/cgroup") -> int:
     """The memory the kernel says a process could still take without swapping (``MemAvailable``),
-    or 0 where it does not say (not Linux)."""
+    lowered to the room the memory cgroups it runs in leave under their limits (a container's, a
+    Kubernetes pod's, a Slurm job's: ``/proc/meminfo`` shows the host's memory there); 0 where the
+    kernel says nothing (not Linux)."""
     try:
         with open(meminfo) as stream:
-            for line in stream:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            host = next((int(line.split()[1]) * 1024 for line in stream if line.startswith("MemAvailable:")), 0)
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return 0
+    return min([host, *cgroup_rooms(cgroups, own)]) if host else 0
+
+
+CGROUP_FILES = {"v2": ("memory.max", "memory.current", "inactive_file"),
+                "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+"""Per cgroup version: its memory limit, usage and (in ``memory.stat``) the page cache it can drop."""
+
+
+def cgroup_rooms(cgroups: str, own: str) -> list[int]:
+    """The room under the limit of each memory cgroup this process is in, from its own up to the
+    mount's root (the limit less the usage, plus the inactive page cache the kernel reclaims first):
+    cgroup v2's unified hierarchy, or v1's memory controller. A level without a limit adds nothing."""
+    try:
+        with open(own) as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return []
+    rooms = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            version, mount = "v2", Path(cgroups) if Path(cgroups, "cgroup.controllers").exists() else Path(cgroups, "unified")
+        elif "memory" in controllers.split(","):
+            version, mount = "v1", Path(cgroups, "memory")
+        else:
+            continue
+        folder = mount / path.lstrip("/")
+        for level in [folder, *folder.parents]:
+            if level == mount.parent:
+                break
+            room = _room(level, *CGROUP_FILES[version])
+            if room is not None:
+                rooms.append(room)
+    return rooms
+
+
+def _room(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> int | None:
+    """``folder``'s limit less its usage plus its inactive page cache; None without a limit."""
+    try:
+        limit = (folder / limit_file).read_text().strip()
+        if limit == "max" or int(limit) >= 1 << 60:  # (v1 writes "no limit" as a page-rounded 2**63)
+            return None
+        usage = int((folder / usage_file).read_text())
+        stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines() if " " in line)
+    except (OSError, ValueError):
+        return None
+    return max(0, int(limit) - usage + int(stat.get(inactive_key, 0)))
