@@ -306,15 +306,30 @@ def check_no_other_run(final: str, continued: str | None) -> None:
 def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
     """What a resumed run must share with the run it continues: the config (steps and sections),
     the input files with their sizes, the files the steps read (models, cutoffs, URL lists: a file
-    rewritten at its path since, its size and time, :func:`fs.versions`), this package's version
-    and the task outputs' format."""
+    rewritten at its path since, its size and time, :func:`fs.versions`), this package's version,
+    its code and its steps' (:func:`code_digest`) and the task outputs' format."""
     from importlib.metadata import version
 
     blob = json.dumps({"config": cfg.to_dict(), "inputs": files, "version": version("polyglot-corpus"),
-                       "tasks": ledger.TASK_FORMAT,
+                       "tasks": ledger.TASK_FORMAT, "code": code_digest(cfg),
                        "reads": {key: fs.versions(path) for key, path in step_store_paths(cfg).items()}},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def code_digest(cfg: CorpusConfig) -> str:
+    """sha256 of this package's Python files and of the modules the config's steps come from (a
+    plugin's): a checkout pulled or fixed between a kill and ``--resume`` (an editable install keeps
+    its version number) would mix the old code's finished tasks with the new code's."""
+    import inspect
+
+    package = Path(__file__).resolve().parent
+    paths = sorted({*package.rglob("*.py"), *(Path(inspect.getfile(cls)).resolve() for cls in cfg.active_step_classes())})
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{path.relative_to(package) if path.is_relative_to(package) else path}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
@@ -344,7 +359,8 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         raise UserError(f"--resume: the run in {folder} is still going ({holder(folder)})")
     if state["fingerprint"] != digest:
         raise UserError(f"--resume: the unfinished run in {folder} had another config, input files, model or list "
-                        "files (rewritten since), or version; run without --resume to start afresh (which removes it)")
+                        "files (rewritten since), or version or code; run without --resume to start afresh (which "
+                        "removes it)")
     return folder
 
 

@@ -371,6 +371,26 @@ def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_p
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 
+def test_code_changed_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypatch):
+    """A plugin step's module (or this package's code: a pull into an editable install, whose
+    version number stays) changed between a kill and ``--resume`` mixed the old code's finished
+    tasks with the new code's in one corpus."""
+    from pipeline.config import load_config
+    from pipeline.output import fs
+    from pipeline.run import fingerprint
+
+    step = ('import dataclasses\nfrom pipeline.steps.base import Step\n\n\n@dataclasses.dataclass\nclass NoConfig:\n'
+            '    pass\n\n\nclass Keep(Step):\n    name = "keep"\n    Config = NoConfig\n\n    def __call__(self, doc):\n'
+            '        return doc{}\n')
+    (tmp_path / "myplugins.py").write_text(step.format(""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
+                      [f"input=[{wet}]", "beam_options=[]", "steps=[dedup, lid, 'myplugins:Keep']"])
+    before = fingerprint(cfg, fs.match_inputs(cfg.input))
+    (tmp_path / "myplugins.py").write_text(step.format("  # fixed"))
+    assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
+
+
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
     """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
     from pipeline.config import load_config

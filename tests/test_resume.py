@@ -156,7 +156,7 @@ def test_status_and_resume_mistakes(job, tmp_path, capsys):
         assert "[pending] WriteCorpus/WriteShard" in text
     changed = [*job["config"], "--set", "lid.threshold=0.6"]
     assert main(["run", *changed, "--output", str(out), "--temp_location", str(temp), "--resume"]) == 2
-    assert "had another config, input files, model or list files (rewritten since), or version; run without --resume" \
+    assert "had another config, input files, model or list files (rewritten since), or version or code; run without --resume" \
         in capsys.readouterr().err
     direct = [*job["config"][:-4], "--resume"]
     assert main(["run", *direct, "--output", str(out)]) == 2
