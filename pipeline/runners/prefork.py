@@ -33,7 +33,8 @@ def main_is_guarded(main: ModuleType) -> bool:
     """Whether a process started by multiprocessing can prepare itself without running the
     driver's ``__main__`` again: a package's ``__main__`` (``python -m pipeline``, ``-m pytest``)
     and ``-c`` are not imported by it; a script or ``-m`` module must keep its work under
-    ``if __name__ == "__main__":``."""
+    ``if __name__ == "__main__":`` (besides it, only definitions, imports, assignments and
+    :data:`SET_UP_CALLS`: each forked worker runs them again)."""
     name = getattr(getattr(main, "__spec__", None), "name", None) or ""
     path = getattr(main, "__file__", None)
     if name == "__main__" or name.endswith(".__main__") or path is None:
@@ -42,8 +43,25 @@ def main_is_guarded(main: ModuleType) -> bool:
         tree = ast.parse(Path(path).read_bytes())
     except (OSError, SyntaxError, ValueError):
         return False
-    return any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
-               for node in tree.body)
+    return (any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
+                for node in tree.body)
+            and all(_only_sets_up(node) for node in tree.body))
+
+
+SET_UP_CALLS = ("sys.path.insert", "sys.path.append", "os.environ.setdefault", "os.environ.update",
+                "warnings.filterwarnings", "warnings.simplefilter", "logging.basicConfig")
+"""Calls a script may make at its top level beside its guard: each worker runs them again, harmlessly."""
+
+
+def _only_sets_up(node: ast.stmt) -> bool:
+    """Whether a script's top-level statement only defines, imports, assigns or sets up
+    (:data:`SET_UP_CALLS`): a call or a loop there besides the guard (a script that runs its work
+    at the top level and guards something else) would run again in every forked worker."""
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant) or (isinstance(node.value, ast.Call)
+                                                        and ast.unparse(node.value.func) in SET_UP_CALLS)
+    return isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                             ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If))
 
 
 def raise_gc_threshold() -> tuple[int, int, int]:
