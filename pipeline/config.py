@@ -8,6 +8,7 @@ its name, typed by the step's ``Config`` dataclass (``pipeline.steps``). ``read`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 from typing import Any
 
@@ -21,6 +22,7 @@ from .util.configfile import Source, build_dataclass, check_choices_and_ranges, 
 from .util.errors import UserError, contained
 
 DEFAULT_STEPS = ["dedup", "lid", "near_dedup", "perplexity"]
+LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -178,6 +180,22 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
                         f"set by {_makers('lang')}: add that step")
 
 
+def _check_unused_sections(cfg: CorpusConfig, source: Source) -> None:
+    """A section of a step not in ``steps:`` is built and checked, but nothing reads it: a key the
+    command line sets there is an error (what it asks would silently not happen); sections the
+    config file keeps for steps switched off are one warning line."""
+    unused = sorted(set(cfg.sections) - {cls.name for cls in cfg.step_classes()})
+    for name in unused:
+        given = [key for key in source.given if key == name or key.startswith(name + ".")]
+        if given:
+            raise UserError(f"{source.of(given[0])}: {given[0]} is set, but step {name} is not in steps "
+                            f"([{', '.join(cfg.steps)}]), so nothing would read it: add {name} to steps")
+    if unused:
+        LOG.warning("%s: %s not in steps, so %s not used: %s", source.path,
+                    "these steps are" if len(unused) > 1 else "this step is",
+                    "their sections are" if len(unused) > 1 else "its section is", ", ".join(unused))
+
+
 def _validate(cfg: CorpusConfig, source: Source) -> None:
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     problem = check_rehydration(cfg.sampling.rehydration)
@@ -254,6 +272,7 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
     for cls in classes:
         cfg.sections.setdefault(cls.name, cls.Config())
     _check_steps(classes, cfg.sections, source)
+    _check_unused_sections(cfg, source)
     _validate(cfg, source)
     if not cfg.input:
         raise UserError(f"{source}: no input: set input in the config or pass --input")
