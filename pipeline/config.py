@@ -168,6 +168,8 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
             raise UserError(f"{where}: steps: step {cls.name!r} ({cls.__module__}.{cls.__name__}) has a name of the "
                             "run's own (a config section, counter group or part of the graph); give it a name of its own")
         seen[label] = cls.name
+        if not cls.active(sections[cls.name]) and (why := cls.inactive_error(sections[cls.name])):
+            raise UserError(f"{where}: steps: {why}")
         if cls.reads_files and i:
             raise UserError(f"{where}: steps: {cls.name!r} works on the input files and must come first")
         missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]

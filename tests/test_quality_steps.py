@@ -37,6 +37,10 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
     (["ftfy.normalization=NFX"], "ftfy.normalization must be one of"),
     (["steps=[dedup, lid, url_filter]", "url_filter.domains=d.txt", "url_filter.soft_word_threshold=0"],
      "url_filter.soft_word_threshold=0 is out of range"),
+    (["steps=[dedup, lid, url_filter]"],  # left out of the graph, silently, while stats.json listed it
+     "--set steps=[dedup, lid, url_filter]: steps: url_filter is in steps but has no lists: set one of "
+     "url_filter.domains, url_filter.urls, url_filter.banned_words, url_filter.banned_subwords, "
+     "url_filter.soft_banned_words, or take it out of steps"),
     (["near_dedup.scheme=minhash"], "near_dedup.scheme must be one of datasketch, datatrove, got 'minhash'"),
     (["dedup.group_files=-1"], "dedup.group_files=-1.0 is out of range"),
     (["dedup.groups=2"], "unknown config key 'dedup.groups' (did you mean 'dedup.group_files'?)"),

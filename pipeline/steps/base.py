@@ -10,6 +10,9 @@ profile's ``steps:`` list. It declares:
   a declared name are allowed);
 - ``provides`` / ``requires(cfg)``: the document fields it sets / needs from an earlier step
   (``lang`` from ``lid``): the config loader refuses an order that breaks them;
+- ``active(cfg)`` (optional): whether it does anything with its config (perplexity without models
+  does not, and is left out of the graph); ``inactive_error(cfg)`` says why a config on which it
+  is not active is refused instead (url_filter without lists);
 - ``worker_modules``: the third-party modules it imports lazily (in ``setup()`` or on its first
   document, to keep the command line fast); the DirectRunner's fork server imports them once,
   while the driver prepares, rather than every worker after it starts;
@@ -127,6 +130,12 @@ class Step:
     def active(cls, cfg: Any) -> bool:
         """Whether the step does anything with this config (a perplexity step without models does not)."""
         return True
+
+    @classmethod
+    def inactive_error(cls, cfg: Any) -> str:
+        """For a config on which it is not ``active``: why naming it in ``steps:`` is an error (it
+        would be left out silently), or "" where leaving it out is what that config means."""
+        return ""
 
     @classmethod
     def requires(cls, cfg: Any) -> tuple[str, ...]:
