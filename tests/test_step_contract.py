@@ -153,6 +153,94 @@ def test_a_section_of_a_step_not_in_steps_is_an_error_on_the_command_line_and_a_
         assert not caplog.records
 
 
+GLOBAL_STEPS = '''
+"""Global steps whose composites are built, and return their outputs, rightly and wrongly."""
+import dataclasses
+
+import apache_beam as beam
+
+from pipeline.steps.base import Step
+
+
+@dataclasses.dataclass
+class Cfg:
+    x: int = 0
+
+
+class TakesStepAndRun(beam.PTransform):  # a global step's composite, not the one that reads the files
+    def __init__(self, step, run):
+        super().__init__()
+
+    def expand(self, pcoll):
+        return {"main": pcoll, "removed": pcoll | beam.Filter(lambda _: False)}
+
+
+class ReadsRightly(beam.PTransform):
+    def __init__(self, step, read, run):
+        super().__init__()
+
+    def expand(self, files):
+        docs = files | beam.Map(lambda item: {"id": str(item[0]), "text": item[1], "lang": "en"})
+        return {"main": docs, "rejected": files | "R" >> beam.Filter(lambda _: False),
+                "removed": files | "D" >> beam.Filter(lambda _: False)}
+
+
+class ReturnsItsInput(ReadsRightly):
+    def expand(self, files):
+        return files
+
+
+class ReturnsNoRejected(ReadsRightly):
+    def expand(self, files):
+        return {key: value for key, value in super().expand(files).items() if key != "rejected"}
+
+
+def step(class_name, reads):
+    return type(class_name, (Step,), {"name": class_name.lower(), "Config": Cfg, "counters": ("x",),
+                                      "transform": f"globalsteps:{class_name}", "reads_files": reads})
+'''
+
+
+@pytest.mark.parametrize("transform, reads, message", [
+    ("ReadsRightly", True, None),
+    ("TakesStepAndRun", False, None),
+    ("TakesStepAndRun", True, "step takesstepandrun (globalsteps.TakesStepAndRun): its composite globalsteps:TakesStepAndRun, "
+                              "built as TakesStepAndRun(step, read, run) failed: TypeError: "),
+    ("ReadsRightly", False, "built as ReadsRightly(step, run) failed: TypeError: "),
+    ("ReturnsItsInput", True, "step returnsitsinput (globalsteps.ReturnsItsInput): its composite globalsteps:ReturnsItsInput, "
+                              "built as ReturnsItsInput(step, read, run), returned PCollection: it must return the outputs "
+                              "main, rejected, removed"),
+    ("ReturnsNoRejected", True, "returned dict: it must return the outputs main, rejected, removed"),
+])
+def test_a_global_steps_composite_built_or_returning_otherwise_than_the_contract_says_is_one_line(
+        tmp_path, monkeypatch, transform, reads, message):
+    """A step that ``reads_files`` gets ``Class(step, read, run)`` and must return ``main``,
+    ``rejected`` and ``removed``; any other global step ``Class(step, run)``, returning ``main`` and
+    ``removed``. A composite built or returning otherwise was a TypeError traceback from the graph;
+    now one line naming the step's class."""
+    import apache_beam as beam
+
+    from pipeline.config import load_config
+    from pipeline.graph import build_pipeline
+    from pipeline.steps.base import RunInfo
+    from pipeline.steps.lid import LanguageIdentifier, LidConfig
+    from pipeline.util.errors import UserError
+
+    (tmp_path / "globalsteps.py").write_text(GLOBAL_STEPS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import globalsteps
+
+    cfg = load_config(None, {"input": ["x.wet.gz"], "output": str(tmp_path / "out")}, ["steps=[lid]"])
+    steps = [globalsteps.step(transform, reads)(globalsteps.Cfg(), RunInfo())]
+    steps = steps + [LanguageIdentifier(LidConfig(), RunInfo())] if reads else [LanguageIdentifier(LidConfig(), RunInfo()), *steps]
+    if message is None:
+        build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+        return
+    with pytest.raises(UserError) as error:
+        build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
 @pytest.mark.parametrize("sets, message", [
     (["lid.thresholds.eng=0.3"], "lid.thresholds: 'eng' is not a language that step lid gives (what is given for "
                                  "it would never apply); did you mean 'en'?"),

@@ -33,10 +33,17 @@ dropped document with its reason to ``removed/<step>/``.
 
 A **global step** (exact dedup, near-dup) needs every document at once: it sets ``transform`` to
 ``"module:Class"`` of its Beam composite instead of implementing ``__call__``; the composite is
-built as ``Class(step, run)`` (``run``: the :class:`RunInfo` of the run being built, its scratch
-folder included) and returns its kept documents under ``main`` and removed records under
+built as ``Class(step, run)`` (``step``: the built step, prepared; ``run``: the :class:`RunInfo` of
+the run being built, its scratch folder included), takes the PCollection of documents and returns
+a dict of PCollections (or a ParDo's tagged outputs) with its kept documents under ``main`` and
+removed records (the document with its ``reason``, ``transforms.apply.removed_record``) under
 ``removed``. ``reads_files`` marks the one step that works on the input files themselves (exact
-paragraph dedup, CCNet's two passes); it must come first.
+paragraph dedup, CCNet's two passes); it must come first, and its composite is built as
+``Class(step, read, run)`` (``read``: the run's ``read:`` section, a ``config.ReadConfig``), takes
+the PCollection of ``(index, path)`` of the input files and returns ``main`` (the documents),
+``rejected`` (a :class:`Rejected` per record that could not become a document) and ``removed``
+(``transforms.dedup.ReadAndDedup`` does all three). A composite built or returning otherwise is one
+:class:`UserError` line naming the step's class as the graph is built.
 """
 from __future__ import annotations
 
