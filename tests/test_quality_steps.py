@@ -30,6 +30,11 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
      "gopher_repetition: top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20 and 0 <= fraction <= 1, got [2.0, 0.2, 1.0]"),
     (["pii.email_replacement=[]"], "pii: email_replacement: empty; give at least one replacement (or remove_emails: false)"),
     (["symbol_lines.symbols_to_remove='|-+'"], "symbol_lines: symbols_to_remove holds '|-+': give single characters"),
+    ([r"symbol_lines.replace_char=\n"],  # YAML's escapes are read in double quotes only: a backslash and n in every document
+     r'symbol_lines: replace_char holds \n as two characters (a backslash, then n), which would go into every document '
+     r'with a symbol line: YAML reads escapes only in double quotes; write "\n"'),
+    ([r"symbol_lines.replace_char='\t'"], r'replace_char holds \t as two characters (a backslash, then t)'),
+    ([r"symbol_lines.replace_char='x\\'"], r'replace_char holds \\ as two characters'),
     (["ftfy.unescape_html=no"], "ftfy.unescape_html must be one of"),
     (["perplexity.drop_buckets=[tail]"], "perplexity: drop_buckets ['tail']: head, middle and tail need perplexity.cutoffs"),
     (["perplexity.max_perplexity=0"], "perplexity.max_perplexity=0.0 is out of range"),
