@@ -58,7 +58,7 @@ class SamplingConfig:
     unit: str = "characters"
     """characters or documents: what n_i counts."""
     buckets: list[str] = dataclasses.field(default_factory=list)
-    """Count n_i over these buckets only, e.g. [head, middle] (default: all)."""
+    """Count n_i over these buckets only, e.g. [head, middle] (default, empty: every bucket). all is the bucket of the documents no step sorted into head, middle or tail (no perplexity cutoffs or model for their language), so [all] alone is not every bucket."""
     rehydration: list[list[int]] = dataclasses.field(default_factory=list)
     """[[smallest minhash_cluster_size, copies], ...]: n_i counts each kept document that many times (FineWeb-2's: [[1, 1], [2, 2], [3, 3], [5, 5], [100, 8], [1000, 1]]; empty: off)."""
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..output import fs
 from ..output.layout import IO_FILE
 from ..output.shards import cluster_sums, partition_sums
-from .sampling import rehydrated, sampling_report
+from .sampling import left_out, rehydrated, sampling_report
 
 if TYPE_CHECKING:
     from ..config import CorpusConfig
@@ -113,7 +113,7 @@ def versions() -> dict[str, str]:
 def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files: int,
                     bucket_cutoffs: dict[str, dict[str, float]]) -> None:
     """``sampling.json`` (weights over the configured buckets, rehydrated when
-    ``sampling.rehydration`` is set, and the corpus summary) and ``stats.json`` (counters of every
+    ``sampling.rehydration`` is set, the languages those buckets leave out, and the corpus summary) and ``stats.json`` (counters of every
     step, per-language totals, perplexity histograms and cutoffs, the config). ``bucket_cutoffs``:
     per language, the head and tail perplexities its buckets used. Both depend only on the input
     and config: what differs per run (runner, time, the store's retries) goes to run.json; the
@@ -130,6 +130,8 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
     report = sampling_report({lang: {unit: row[unit + suffix] for unit in ("documents", "characters")}
                               for lang, row in languages.items()}, cfg.sampling.alpha, cfg.sampling.unit)
     report["buckets"] = cfg.sampling.buckets or "all"
+    if unweighed := left_out(summary, cfg.sampling.buckets):  # (the key only then: other runs' bytes unchanged)
+        report["left_out"] = unweighed
     if schedule:
         report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
