@@ -170,3 +170,40 @@ def test_a_cutoff_file_with_a_language_twice_is_refused(tmp_path: Path) -> None:
         read_cutoffs(str(path))
     with pytest.raises(UserError, match="a folder, not a file"):
         read_cutoffs(str(tmp_path))
+
+
+def test_stats_json_versions_name_what_the_run_s_steps_decide_with(tmp_path: Path) -> None:
+    """stats.json's ``versions`` ("what shapes the corpus") named a fixed list: not ftfy, the URL
+    filter's libraries, nor the word tokenizers the quality steps split each language with. Now the
+    active steps' ``worker_modules`` and, where a step splits words, the tokenizers of the languages it
+    saw (the corpus's and those dropped from it on), installed ones only."""
+    import json
+    from collections import Counter
+    from importlib.metadata import PackageNotFoundError, version
+
+    from pipeline.report.stats import write_artifacts
+
+    def installed(*names: str) -> set[str]:
+        found = set()
+        for name in names:
+            try:
+                version(name)
+                found.add(name)
+            except PackageNotFoundError:
+                pass
+        return found
+
+    assert installed("spacy", "jieba", "pythainlp", "ftfy") == {"spacy", "jieba", "pythainlp", "ftfy"}  # the quality extra
+    tokenizers, steps_own = ("spacy", "jieba", "pyvi", "pythainlp", "indic-nlp-library"), ("ftfy", "pyahocorasick", "tldextract")
+    totals = {("de", "all"): (1, 5, 5), ("zh", "all"): (1, 5, 15)}  # the corpus: documents, characters, bytes
+    counters = {"lid": {"below_threshold/hi": 1}, "gopher_quality": {"gopher_short_doc/th": 2}}  # hi: dropped before
+    for sets, expected in (
+            ([], set()),
+            (["steps=[dedup, lid, url_filter, gopher_quality, ftfy]", "url_filter.domains=d.txt"],
+             installed("spacy", "jieba", "pythainlp", *steps_own)),
+            (["steps=[dedup, lid, near_dedup]", "near_dedup.scheme=datatrove"], installed("spacy", "jieba"))):
+        cfg = load_config(None, {"input": ["x.wet.gz"], "output": str(tmp_path / "out")}, sets)
+        write_artifacts(counters, (totals, Counter(), {}), cfg, 1, {})
+        named = set(json.loads((tmp_path / "out" / "stats.json").read_text())["versions"])
+        assert named & {*tokenizers, *steps_own} == expected, sets
+        assert {"python", "apache-beam", "pyarrow", "numpy"} <= named

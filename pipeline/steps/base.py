@@ -13,6 +13,7 @@ profile's ``steps:`` list. It declares:
 - ``active(cfg)`` (optional): whether it does anything with its config (perplexity without models
   does not, and is left out of the graph); ``inactive_error(cfg)`` says why a config on which it
   is not active is refused instead (url_filter without lists);
+- ``splits_words(cfg)`` (optional): whether it splits documents into words with ``steps.words``;
 - ``worker_modules``: the third-party modules it imports lazily (in ``setup()`` or on its first
   document, to keep the command line fast); the DirectRunner's fork server imports them once,
   while the driver prepares, rather than every worker after it starts;
@@ -143,6 +144,12 @@ class Step:
         """For a config on which it is not ``active``: why naming it in ``steps:`` is an error (it
         would be left out silently), or "" where leaving it out is what that config means."""
         return ""
+
+    @classmethod
+    def splits_words(cls, cfg: Any) -> bool:
+        """Whether it splits documents into words with ``steps.words`` (stats.json's ``versions``
+        then has the word tokenizers of the languages it saw)."""
+        return False
 
     @classmethod
     def requires(cls, cfg: Any) -> tuple[str, ...]:
