@@ -8,6 +8,7 @@ its name, typed by the step's ``Config`` dataclass (``pipeline.steps``). ``read`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 from typing import Any
 
@@ -21,6 +22,7 @@ from .util.configfile import Source, build_dataclass, check_choices_and_ranges, 
 from .util.errors import UserError, contained
 
 DEFAULT_STEPS = ["dedup", "lid", "near_dedup", "perplexity"]
+LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -56,7 +58,7 @@ class SamplingConfig:
     unit: str = "characters"
     """characters or documents: what n_i counts."""
     buckets: list[str] = dataclasses.field(default_factory=list)
-    """Count n_i over these buckets only, e.g. [head, middle] (default: all)."""
+    """Count n_i over these buckets only, e.g. [head, middle] (default, empty: every bucket). all is the bucket of the documents no step sorted into head, middle or tail (no perplexity cutoffs or model for their language), so [all] alone is not every bucket."""
     rehydration: list[list[int]] = dataclasses.field(default_factory=list)
     """[[smallest minhash_cluster_size, copies], ...]: n_i counts each kept document that many times (FineWeb-2's: [[1, 1], [2, 2], [3, 3], [5, 5], [100, 8], [1000, 1]]; empty: off)."""
 
@@ -166,6 +168,8 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
             raise UserError(f"{where}: steps: step {cls.name!r} ({cls.__module__}.{cls.__name__}) has a name of the "
                             "run's own (a config section, counter group or part of the graph); give it a name of its own")
         seen[label] = cls.name
+        if not cls.active(sections[cls.name]) and (why := cls.inactive_error(sections[cls.name])):
+            raise UserError(f"{where}: steps: {why}")
         if cls.reads_files and i:
             raise UserError(f"{where}: steps: {cls.name!r} works on the input files and must come first")
         missing = [f for f in cls.requires(sections[cls.name]) if f not in provided]
@@ -176,6 +180,22 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
     if "lang" not in provided:
         raise UserError(f"{where}: steps: writing the corpus needs 'lang' (the shards are per language), "
                         f"set by {_makers('lang')}: add that step")
+
+
+def _check_unused_sections(cfg: CorpusConfig, source: Source) -> None:
+    """A section of a step not in ``steps:`` is built and checked, but nothing reads it: a key the
+    command line sets there is an error (what it asks would silently not happen); sections the
+    config file keeps for steps switched off are one warning line."""
+    unused = sorted(set(cfg.sections) - {cls.name for cls in cfg.step_classes()})
+    for name in unused:
+        given = [key for key in source.given if key == name or key.startswith(name + ".")]
+        if given:
+            raise UserError(f"{source.of(given[0])}: {given[0]} is set, but step {name} is not in steps "
+                            f"([{', '.join(cfg.steps)}]), so nothing would read it: add {name} to steps")
+    if unused:
+        LOG.warning("%s: %s not in steps, so %s not used: %s", source.path,
+                    "these steps are" if len(unused) > 1 else "this step is",
+                    "their sections are" if len(unused) > 1 else "its section is", ", ".join(unused))
 
 
 def _validate(cfg: CorpusConfig, source: Source) -> None:
@@ -254,6 +274,7 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
     for cls in classes:
         cfg.sections.setdefault(cls.name, cls.Config())
     _check_steps(classes, cfg.sections, source)
+    _check_unused_sections(cfg, source)
     _validate(cfg, source)
     if not cfg.input:
         raise UserError(f"{source}: no input: set input in the config or pass --input")

@@ -18,7 +18,7 @@ import apache_beam as beam
 from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import userstate
 
-from .config import CorpusConfig
+from .config import CorpusConfig, ReadConfig
 from .output.layout import REJECTED, removed_folder
 from .report.stats import write_artifacts
 from .steps.base import Rejected, RunInfo, Step, graph_label
@@ -27,7 +27,7 @@ from .transforms.apply import REMOVED, ApplyStep
 from .transforms.counting import MAIN, Counted, total_counts
 from .transforms.dedup import ReadAndDedup
 from .transforms.write import NO_STATS, AsTables, WriteCorpus, WriteRecords
-from .util.errors import contained
+from .util.errors import UserError, contained
 
 
 INPUT_LABEL = "Files"  # the Create of the input files (their index and path)
@@ -99,6 +99,28 @@ def composite(step: Step, *args: Any) -> beam.PTransform:
     return getattr(importlib.import_module(module), name)(step, *args)
 
 
+def apply_global_step(pcoll: beam.PCollection, label: str, step: Step, run: RunInfo,
+                      read: ReadConfig | None = None) -> dict[str, beam.PCollection]:
+    """``pcoll`` through a global step's composite, built as the step contract says (``Class(step,
+    run)``, or ``Class(step, read, run)`` for the step that ``reads_files``); its outputs by tag
+    (``main``, ``removed``, and ``rejected`` from the one that reads the files). A composite that
+    cannot be built so, fails as it is applied, or lacks an output is one line naming the step's class."""
+    args, params = ((run,), "step, run") if read is None else ((read, run), "step, read, run")
+    tags = (MAIN, REMOVED) if read is None else (MAIN, REJECTED, REMOVED)
+    cls = type(step)
+    what = (f"step {step.name} ({cls.__module__}.{cls.__qualname__}): its composite {step.transform}, "
+            f"built as {str(step.transform).rpartition(':')[2]}({params})")
+    result = contained(what, lambda: pcoll | label >> composite(step, *args))
+    try:
+        outputs = {tag: result[tag] for tag in tags}
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        outputs = {}
+    if len(outputs) < len(tags) or not all(isinstance(output, beam.PCollection) for output in outputs.values()):
+        raise UserError(f"{what}, returned {type(result).__name__}: it must return the outputs "
+                        f"{', '.join(tags)} (a dict of PCollections, or a ParDo's tagged outputs)")
+    return outputs
+
+
 def bucket_cutoffs(steps: list[Step]) -> dict[str, dict[str, float]]:
     """Per language, the head and tail perplexities the perplexity step's buckets use (for stats.json)."""
     for step in steps:
@@ -117,12 +139,13 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     indexed = (p | INPUT_LABEL >> beam.Create(list(enumerate(files)), reshuffle=False)
                | "Distribute" >> beam.Reshuffle())
     first = steps[0] if steps and steps[0].reads_files else None
-    read = indexed | "Read" >> (composite(first, cfg.read, run) if first else ReadAndDedup(None, cfg.read, run))
+    read = (apply_global_step(indexed, "Read", first, run, cfg.read) if first
+            else indexed | "Read" >> ReadAndDedup(None, cfg.read, run))
     docs, removed = read[MAIN], {first.name: read[REMOVED]} if first else {}
     for step in steps[1:] if first else steps:
         label = graph_label(step.name)
         if step.transform:
-            result = docs | label >> composite(step, run)
+            result = apply_global_step(docs, label, step, run)
         elif cfg.write.removed:
             result = docs | label >> Counted(ApplyStep(step), outputs=(REMOVED,))
         else:  # no removed output to carry: one output fewer in every fused stage

@@ -32,6 +32,7 @@ from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT,
 from .readers import spill
 from .report.corpus_report import REPORT_FILES, build as build_report
 from .report.html import preload as preload_report
+from .report.sampling import left_out_warning
 from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
                               pipeline_options)
@@ -645,6 +646,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
     commit(cfg.output, final, stale)
     if dask:  # only now: killed before the commit, the run's finished tasks let --resume end it without redoing them
         fs.remove_folder(state["task_folder"])
+    if warning := left_out_warning(fs.read_json(fs.join(final, "sampling.json"))):
+        LOG.warning("%s", warning)
     with fs.open_read(fs.join(final, "stats.json")) as stream:
         return {**json.load(stream), **run}
 

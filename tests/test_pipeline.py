@@ -502,6 +502,34 @@ def test_sampling_over_chosen_buckets(bucketed):
         assert weights["n"] == buckets["head"]["characters"] + buckets["middle"]["characters"]
 
 
+def test_languages_with_no_documents_in_the_chosen_buckets_are_named(sample, sample_lms, bucketed, tmp_path, caplog):
+    """With ``sampling.buckets: [head, middle]``, a language whose documents are all in bucket all (no
+    model or cutoffs for it) got n_i = 0 and left sampling.json's weights silently: now a warning
+    line names it, sampling.json's ``left_out`` says where its documents are, and so does the report."""
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    with caplog.at_level("WARNING", logger="pipeline.run"):
+        assert run_cli("--config", "configs/corpus/sample.yaml", "--input", wet, "--output", str(tmp_path / "out"),
+                       "--set", "beam_options=[]", "--set", f"perplexity.models={sample_lms}", "--set",
+                       "perplexity.languages=[de]", "--set", f"perplexity.cutoffs={bucketed / 'cutoff.csv'}",
+                       "--set", "sampling.buckets=[head, middle]") == 0
+    sampling = json.loads((tmp_path / "out" / "sampling.json").read_text())
+    others = sorted(set(sampling["corpus"]) - {"de"})
+    assert list(sampling["languages"]) == ["de"] and len(others) == 10
+    assert sampling["left_out"] == {lang: f"its {sampling['corpus'][lang]['documents']} documents are in bucket all, "
+                                          "none in sampling.buckets" for lang in others}
+    warning = (f"sampling.json gives no weight to {', '.join(others)}: they have documents, but none in "
+               "sampling.buckets [head, middle] (its left_out says where they are)")
+    assert [r.getMessage() for r in caplog.records if r.name == "pipeline.run"] == [warning]
+    assert warning in (tmp_path / "out" / "report" / "report.md").read_text(encoding="utf-8")
+    # [all] is the bucket of the documents no step sorted, not every bucket; no buckets chosen: every one
+    from pipeline.report.sampling import left_out
+
+    assert left_out(sampling["corpus"], ["all"]) == {"de": f"its {sampling['corpus']['de']['documents']} documents "
+                                                           "are in bucket head, middle, tail, none in sampling.buckets"}
+    assert left_out(sampling["corpus"], []) == {} and "left_out" not in json.loads(
+        (bucketed / "corpus" / "sampling.json").read_text())
+
+
 def test_drop_tail_and_perplexity_ceiling(sample, sample_lms, bucketed, tmp_path):
     wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
     assert run_cli("--input", wet, "--output", str(tmp_path), "--set", f"perplexity.models={sample_lms}",

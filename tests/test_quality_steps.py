@@ -30,12 +30,22 @@ PROFILE = str(ROOT / "configs" / "corpus" / "fineweb2.yaml")
      "gopher_repetition: top_n_grams: expected [n, fraction] pairs with 1 <= n <= 20 and 0 <= fraction <= 1, got [2.0, 0.2, 1.0]"),
     (["pii.email_replacement=[]"], "pii: email_replacement: empty; give at least one replacement (or remove_emails: false)"),
     (["symbol_lines.symbols_to_remove='|-+'"], "symbol_lines: symbols_to_remove holds '|-+': give single characters"),
+    ([r"symbol_lines.replace_char=\n"],  # YAML's escapes are read in double quotes only: a backslash and n in every document
+     r'symbol_lines: replace_char holds \n as two characters (a backslash, then n), which would go into every document '
+     r'with a symbol line: YAML reads escapes only in double quotes; write "\n"'),
+    ([r"symbol_lines.replace_char='\t'"], r'replace_char holds \t as two characters (a backslash, then t)'),
+    ([r"symbol_lines.replace_char='x\\'"], r'replace_char holds \\ as two characters'),
     (["ftfy.unescape_html=no"], "ftfy.unescape_html must be one of"),
     (["perplexity.drop_buckets=[tail]"], "perplexity: drop_buckets ['tail']: head, middle and tail need perplexity.cutoffs"),
     (["perplexity.max_perplexity=0"], "perplexity.max_perplexity=0.0 is out of range"),
     (["fineweb_quality.languages.de.line_punct_thr=high"], "languages.de.line_punct_thr: expected a number"),
     (["ftfy.normalization=NFX"], "ftfy.normalization must be one of"),
-    (["url_filter.soft_word_threshold=0"], "url_filter.soft_word_threshold=0 is out of range"),
+    (["steps=[dedup, lid, url_filter]", "url_filter.domains=d.txt", "url_filter.soft_word_threshold=0"],
+     "url_filter.soft_word_threshold=0 is out of range"),
+    (["steps=[dedup, lid, url_filter]"],  # left out of the graph, silently, while stats.json listed it
+     "--set steps=[dedup, lid, url_filter]: steps: url_filter is in steps but has no lists: set one of "
+     "url_filter.domains, url_filter.urls, url_filter.banned_words, url_filter.banned_subwords, "
+     "url_filter.soft_banned_words, or take it out of steps"),
     (["near_dedup.scheme=minhash"], "near_dedup.scheme must be one of datasketch, datatrove, got 'minhash'"),
     (["dedup.group_files=-1"], "dedup.group_files=-1.0 is out of range"),
     (["dedup.groups=2"], "unknown config key 'dedup.groups' (did you mean 'dedup.group_files'?)"),
@@ -160,3 +170,40 @@ def test_a_cutoff_file_with_a_language_twice_is_refused(tmp_path: Path) -> None:
         read_cutoffs(str(path))
     with pytest.raises(UserError, match="a folder, not a file"):
         read_cutoffs(str(tmp_path))
+
+
+def test_stats_json_versions_name_what_the_run_s_steps_decide_with(tmp_path: Path) -> None:
+    """stats.json's ``versions`` ("what shapes the corpus") named a fixed list: not ftfy, the URL
+    filter's libraries, nor the word tokenizers the quality steps split each language with. Now the
+    active steps' ``worker_modules`` and, where a step splits words, the tokenizers of the languages it
+    saw (the corpus's and those dropped from it on), installed ones only."""
+    import json
+    from collections import Counter
+    from importlib.metadata import PackageNotFoundError, version
+
+    from pipeline.report.stats import write_artifacts
+
+    def installed(*names: str) -> set[str]:
+        found = set()
+        for name in names:
+            try:
+                version(name)
+                found.add(name)
+            except PackageNotFoundError:
+                pass
+        return found
+
+    assert installed("spacy", "jieba", "pythainlp", "ftfy") == {"spacy", "jieba", "pythainlp", "ftfy"}  # the quality extra
+    tokenizers, steps_own = ("spacy", "jieba", "pyvi", "pythainlp", "indic-nlp-library"), ("ftfy", "pyahocorasick", "tldextract")
+    totals = {("de", "all"): (1, 5, 5), ("zh", "all"): (1, 5, 15)}  # the corpus: documents, characters, bytes
+    counters = {"lid": {"below_threshold/hi": 1}, "gopher_quality": {"gopher_short_doc/th": 2}}  # hi: dropped before
+    for sets, expected in (
+            ([], set()),
+            (["steps=[dedup, lid, url_filter, gopher_quality, ftfy]", "url_filter.domains=d.txt"],
+             installed("spacy", "jieba", "pythainlp", *steps_own)),
+            (["steps=[dedup, lid, near_dedup]", "near_dedup.scheme=datatrove"], installed("spacy", "jieba"))):
+        cfg = load_config(None, {"input": ["x.wet.gz"], "output": str(tmp_path / "out")}, sets)
+        write_artifacts(counters, (totals, Counter(), {}), cfg, 1, {})
+        named = set(json.loads((tmp_path / "out" / "stats.json").read_text())["versions"])
+        assert named & {*tokenizers, *steps_own} == expected, sets
+        assert {"python", "apache-beam", "pyarrow", "numpy"} <= named

@@ -124,16 +124,133 @@ def test_a_profile_naming_steps_wrongly_is_one_line(sets, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_section_of_a_step_not_in_steps_is_an_error_on_the_command_line_and_a_warning_in_a_file(tmp_path, caplog):
+    """A section of a step missing from ``steps:`` was built, checked and never read: ``--set
+    pii.remove_emails=false`` with the default steps, or a profile's ``pii:`` section without pii in
+    its steps, removed no PII and said nothing. A key the command line sets there is one error line;
+    sections a file keeps for steps switched off are one warning line; the shipped profiles have none."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+
+    with pytest.raises(UserError) as error:
+        load_config(str(ROOT / "configs/corpus/sample.yaml"), {"output": "/tmp/x"}, ["pii.remove_emails=false"])
+    assert str(error.value).startswith("--set pii.remove_emails=false: pii.remove_emails is set, but step pii is not "
+                                       "in steps") and str(error.value).endswith("add pii to steps")
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\npii: {remove_emails: false}\n"
+                       "symbol_lines: {replace_char: x}\n", encoding="utf-8")
+    with pytest.raises(UserError, match="^--set pii.remove_ips=false: pii.remove_ips is set, but step pii"):
+        load_config(str(profile), sets=["pii.remove_ips=false"])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline.config"):
+        load_config(str(profile))
+        assert [r.getMessage() for r in caplog.records] == [
+            f"{profile}: these steps are not in steps, so their sections are not used: pii, symbol_lines"]
+        caplog.clear()
+        assert load_config(str(profile), sets=["steps=[dedup, lid, pii, symbol_lines]"]).sections["pii"].remove_emails is False
+        for shipped in sorted((ROOT / "configs/corpus").glob("*.yaml")):
+            load_config(str(shipped), {"input": ["x.wet.gz"], "output": "/tmp/x"})
+        assert not caplog.records
+
+
+GLOBAL_STEPS = '''
+"""Global steps whose composites are built, and return their outputs, rightly and wrongly."""
+import dataclasses
+
+import apache_beam as beam
+
+from pipeline.steps.base import Step
+
+
+@dataclasses.dataclass
+class Cfg:
+    x: int = 0
+
+
+class TakesStepAndRun(beam.PTransform):  # a global step's composite, not the one that reads the files
+    def __init__(self, step, run):
+        super().__init__()
+
+    def expand(self, pcoll):
+        return {"main": pcoll, "removed": pcoll | beam.Filter(lambda _: False)}
+
+
+class ReadsRightly(beam.PTransform):
+    def __init__(self, step, read, run):
+        super().__init__()
+
+    def expand(self, files):
+        docs = files | beam.Map(lambda item: {"id": str(item[0]), "text": item[1], "lang": "en"})
+        return {"main": docs, "rejected": files | "R" >> beam.Filter(lambda _: False),
+                "removed": files | "D" >> beam.Filter(lambda _: False)}
+
+
+class ReturnsItsInput(ReadsRightly):
+    def expand(self, files):
+        return files
+
+
+class ReturnsNoRejected(ReadsRightly):
+    def expand(self, files):
+        return {key: value for key, value in super().expand(files).items() if key != "rejected"}
+
+
+def step(class_name, reads):
+    return type(class_name, (Step,), {"name": class_name.lower(), "Config": Cfg, "counters": ("x",),
+                                      "transform": f"globalsteps:{class_name}", "reads_files": reads})
+'''
+
+
+@pytest.mark.parametrize("transform, reads, message", [
+    ("ReadsRightly", True, None),
+    ("TakesStepAndRun", False, None),
+    ("TakesStepAndRun", True, "step takesstepandrun (globalsteps.TakesStepAndRun): its composite globalsteps:TakesStepAndRun, "
+                              "built as TakesStepAndRun(step, read, run) failed: TypeError: "),
+    ("ReadsRightly", False, "built as ReadsRightly(step, run) failed: TypeError: "),
+    ("ReturnsItsInput", True, "step returnsitsinput (globalsteps.ReturnsItsInput): its composite globalsteps:ReturnsItsInput, "
+                              "built as ReturnsItsInput(step, read, run), returned PCollection: it must return the outputs "
+                              "main, rejected, removed"),
+    ("ReturnsNoRejected", True, "returned dict: it must return the outputs main, rejected, removed"),
+])
+def test_a_global_steps_composite_built_or_returning_otherwise_than_the_contract_says_is_one_line(
+        tmp_path, monkeypatch, transform, reads, message):
+    """A step that ``reads_files`` gets ``Class(step, read, run)`` and must return ``main``,
+    ``rejected`` and ``removed``; any other global step ``Class(step, run)``, returning ``main`` and
+    ``removed``. A composite built or returning otherwise was a TypeError traceback from the graph;
+    now one line naming the step's class."""
+    import apache_beam as beam
+
+    from pipeline.config import load_config
+    from pipeline.graph import build_pipeline
+    from pipeline.steps.base import RunInfo
+    from pipeline.steps.lid import LanguageIdentifier, LidConfig
+    from pipeline.util.errors import UserError
+
+    (tmp_path / "globalsteps.py").write_text(GLOBAL_STEPS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import globalsteps
+
+    cfg = load_config(None, {"input": ["x.wet.gz"], "output": str(tmp_path / "out")}, ["steps=[lid]"])
+    steps = [globalsteps.step(transform, reads)(globalsteps.Cfg(), RunInfo())]
+    steps = steps + [LanguageIdentifier(LidConfig(), RunInfo())] if reads else [LanguageIdentifier(LidConfig(), RunInfo()), *steps]
+    if message is None:
+        build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+        return
+    with pytest.raises(UserError) as error:
+        build_pipeline(beam.Pipeline(), cfg, ["x.wet.gz"], steps)
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
 @pytest.mark.parametrize("sets, message", [
     (["lid.thresholds.eng=0.3"], "lid.thresholds: 'eng' is not a language that step lid gives (what is given for "
                                  "it would never apply); did you mean 'en'?"),
-    (["steps=[dedup, lid, gopher_quality]", "gopher_quality.languages.zh_Hans.max_avg_word_length=5"],
+    (["steps=[dedup, lid, gopher_quality, perplexity]", "gopher_quality.languages.zh_Hans.max_avg_word_length=5"],
      "gopher_quality.languages: 'zh_Hans' is not a language that step lid gives"),
     (["perplexity.languages=[de, deu]"], "perplexity.languages: 'deu' is not a language that step lid gives"),
     (["perplexity.languages=[]"], "perplexity.models: 'deu' is not a language that step lid gives"),
     (["lid.thresholds.unknown=0.3"], "lid.thresholds: 'unknown' is not a language that step lid gives"),
     (["lid.below_threshold=unknown", "lid.thresholds.unknown=0.3"], None),  # then LID does give it
-    (["steps=[dedup, lid, fineweb_quality]", "fineweb_quality.languages.no.line_punct_thr=0.1"], None),
+    (["steps=[dedup, lid, fineweb_quality, perplexity]", "fineweb_quality.languages.no.line_punct_thr=0.1"], None),
 ])
 def test_a_language_the_lid_model_never_gives_is_one_line(sample_lms, tmp_path, sets, message):
     """A per-language value, language list or language model named by a code LID's model never

@@ -19,7 +19,7 @@ from ..output.layout import REPORT
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup
 from ..util.errors import UserError
 from .html import Section, Table, png, pyplot, write_report
-from .sampling import sampling_weights
+from .sampling import left_out_warning, sampling_weights
 
 ALPHAS = (0.7, 0.3, 0.0)  # XLM-R's paper compares these (α = 0: every language the same share)
 BUCKET_ORDER = ("head", "middle", "tail", "all")
@@ -196,7 +196,9 @@ def sampling_section(sampling: dict[str, Any]) -> Section:
         tables.append(Table(["language", "documents", "documents rehydrated", "characters", "characters rehydrated"],
                             [[lang, _n(row["documents"]), _n(row["documents_rehydrated"]), _n(row["characters"]),
                               _n(row["characters_rehydrated"])] for lang, row in rehydration["languages"].items()]))
-    return Section("Alpha-sampling", paragraphs=paragraphs, plots=[("sampling.png", plot)], tables=tables)
+    warning = left_out_warning(sampling)
+    return Section("Alpha-sampling", warnings=[warning] if warning else [], paragraphs=paragraphs,
+                   plots=[("sampling.png", plot)], tables=tables)
 
 
 def _median(histogram: list[list[int]], base: float) -> float:

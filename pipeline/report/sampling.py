@@ -32,6 +32,27 @@ def sampling_report(languages: Mapping[str, Mapping[str, int]], alpha: float, un
     return {"alpha": alpha, "unit": unit, "languages": sampling_weights(sizes, alpha)}
 
 
+def left_out(corpus: Mapping[str, Mapping[str, Any]], buckets: Iterable[str]) -> dict[str, str]:
+    """``{lang: why}`` for the languages of the corpus summary (``unknown`` aside) that have documents
+    but none in ``buckets`` (``sampling.buckets``; empty: every bucket): they get no weight."""
+    chosen = set(buckets)
+    return {lang: f"its {entry['documents']} documents are in bucket {', '.join(sorted(entry['buckets']))}, "
+                  f"none in sampling.buckets"
+            for lang, entry in sorted(corpus.items())
+            if chosen and lang not in EXCLUDED and entry["documents"] and not chosen & set(entry["buckets"])}
+
+
+def left_out_warning(report: Mapping[str, Any]) -> str | None:
+    """The warning line for sampling.json's ``left_out`` languages, or None when it has none."""
+    langs = sorted(report.get("left_out") or ())
+    if not langs:
+        return None
+    buckets = report.get("buckets")
+    return (f"sampling.json gives no weight to {', '.join(langs)}: {'they have' if len(langs) > 1 else 'it has'} "
+            f"documents, but none in sampling.buckets [{', '.join(buckets) if isinstance(buckets, list) else buckets}] "
+            "(its left_out says where they are)")
+
+
 FINEWEB2_REHYDRATION = ((1, 1), (2, 2), (3, 3), (5, 5), (100, 8), (1000, 1))
 """FineWeb-2's schedule, (smallest cluster size, copies): x1 for 1, x2 for 2, x3 for 3-4, x5 for
 5-99, x8 for 100-999, x1 for 1000 and more (a cluster that large is spam, not popularity)."""

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..output import fs
 from ..output.layout import IO_FILE
 from ..output.shards import cluster_sums, partition_sums
-from .sampling import rehydrated, sampling_report
+from .sampling import left_out, rehydrated, sampling_report
 
 if TYPE_CHECKING:
     from ..config import CorpusConfig
@@ -95,14 +95,39 @@ def perplexity_report(bins: Bins, bucket_cutoffs: dict[str, dict[str, float]]) -
     return {"bin_base": DECILE_BIN, "languages": report} if report else {}
 
 
-def versions() -> dict[str, str]:
-    """Python's and the installed versions of what shapes the corpus, as the worker writing stats.json has them."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
+DISTRIBUTIONS = ("polyglot-corpus", "apache-beam", "pyarrow", "fastwarc", "resiliparse", "warcio", "fasttext-numpy2",
+                 "kenlm", "sentencepiece", "datasketch", "numpy")
+"""The distributions every run's stats.json names (where installed), besides those of its steps."""
 
+
+def step_modules(cfg: CorpusConfig, counters: Counts, languages: Iterable[str]) -> set[str]:
+    """The modules the run's steps decide with: their ``worker_modules``, and where a step splits
+    words, the word tokenizers of the languages it saw: those of the corpus (``languages``) and
+    those its counters and the later steps' name (``reason/<lang>``: documents dropped from then on)."""
+    from ..steps.words import tokenizer_modules
+
+    modules = set(cfg.worker_modules())
+    classes = cfg.active_step_classes()
+    first = next((i for i, cls in enumerate(classes) if cls.splits_words(cfg.section(cls.name))), None)
+    if first is not None:
+        seen = {*languages, *(name.split("/", 1)[1] for cls in classes[first:]
+                              for name in counters.get(cls.name, {}) if "/" in name)}
+        modules.update(module for lang in seen for module in tokenizer_modules(lang))
+    return modules
+
+
+def versions(modules: Iterable[str] = ()) -> dict[str, str]:
+    """Python's and the installed versions of what shapes the corpus, as the worker writing
+    stats.json has them: :data:`DISTRIBUTIONS` and those of ``modules`` (:func:`step_modules`)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    names = set(DISTRIBUTIONS)
+    if modules:
+        by_module = packages_distributions()
+        names.update(name for module in modules for name in by_module.get(module.partition(".")[0], ()))
     found = {"python": platform.python_version()}
-    for name in ("polyglot-corpus", "apache-beam", "pyarrow", "fastwarc", "resiliparse", "warcio", "fasttext-numpy2",
-                 "kenlm", "sentencepiece", "datasketch", "numpy"):
+    for name in sorted(names):
         try:
             found[name] = version(name)
         except PackageNotFoundError:
@@ -113,7 +138,7 @@ def versions() -> dict[str, str]:
 def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files: int,
                     bucket_cutoffs: dict[str, dict[str, float]]) -> None:
     """``sampling.json`` (weights over the configured buckets, rehydrated when
-    ``sampling.rehydration`` is set, and the corpus summary) and ``stats.json`` (counters of every
+    ``sampling.rehydration`` is set, the languages those buckets leave out, and the corpus summary) and ``stats.json`` (counters of every
     step, per-language totals, perplexity histograms and cutoffs, the config). ``bucket_cutoffs``:
     per language, the head and tail perplexities its buckets used. Both depend only on the input
     and config: what differs per run (runner, time, the store's retries) goes to run.json; the
@@ -130,6 +155,8 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
     report = sampling_report({lang: {unit: row[unit + suffix] for unit in ("documents", "characters")}
                               for lang, row in languages.items()}, cfg.sampling.alpha, cfg.sampling.unit)
     report["buckets"] = cfg.sampling.buckets or "all"
+    if unweighed := left_out(summary, cfg.sampling.buckets):  # (the key only then: other runs' bytes unchanged)
+        report["left_out"] = unweighed
     if schedule:
         report["rehydration"] = {"schedule": schedule, "languages": languages}
     report["corpus"] = summary
@@ -142,7 +169,7 @@ def write_artifacts(counters: Counts, corpus: Stats, cfg: CorpusConfig, n_files:
         "languages": summary,
         "perplexity": perplexity_report(bins, bucket_cutoffs),
         "config": cfg.to_dict(),
-        "versions": versions(),
+        "versions": versions(step_modules(cfg, counters, summary)),
     })
 
 

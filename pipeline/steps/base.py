@@ -10,6 +10,10 @@ profile's ``steps:`` list. It declares:
   a declared name are allowed);
 - ``provides`` / ``requires(cfg)``: the document fields it sets / needs from an earlier step
   (``lang`` from ``lid``): the config loader refuses an order that breaks them;
+- ``active(cfg)`` (optional): whether it does anything with its config (perplexity without models
+  does not, and is left out of the graph); ``inactive_error(cfg)`` says why a config on which it
+  is not active is refused instead (url_filter without lists);
+- ``splits_words(cfg)`` (optional): whether it splits documents into words with ``steps.words``;
 - ``worker_modules``: the third-party modules it imports lazily (in ``setup()`` or on its first
   document, to keep the command line fast); the DirectRunner's fork server imports them once,
   while the driver prepares, rather than every worker after it starts;
@@ -30,10 +34,17 @@ dropped document with its reason to ``removed/<step>/``.
 
 A **global step** (exact dedup, near-dup) needs every document at once: it sets ``transform`` to
 ``"module:Class"`` of its Beam composite instead of implementing ``__call__``; the composite is
-built as ``Class(step, run)`` (``run``: the :class:`RunInfo` of the run being built, its scratch
-folder included) and returns its kept documents under ``main`` and removed records under
+built as ``Class(step, run)`` (``step``: the built step, prepared; ``run``: the :class:`RunInfo` of
+the run being built, its scratch folder included), takes the PCollection of documents and returns
+a dict of PCollections (or a ParDo's tagged outputs) with its kept documents under ``main`` and
+removed records (the document with its ``reason``, ``transforms.apply.removed_record``) under
 ``removed``. ``reads_files`` marks the one step that works on the input files themselves (exact
-paragraph dedup, CCNet's two passes); it must come first.
+paragraph dedup, CCNet's two passes); it must come first, and its composite is built as
+``Class(step, read, run)`` (``read``: the run's ``read:`` section, a ``config.ReadConfig``), takes
+the PCollection of ``(index, path)`` of the input files and returns ``main`` (the documents),
+``rejected`` (a :class:`Rejected` per record that could not become a document) and ``removed``
+(``transforms.dedup.ReadAndDedup`` does all three). A composite built or returning otherwise is one
+:class:`UserError` line naming the step's class as the graph is built.
 """
 from __future__ import annotations
 
@@ -127,6 +138,18 @@ class Step:
     def active(cls, cfg: Any) -> bool:
         """Whether the step does anything with this config (a perplexity step without models does not)."""
         return True
+
+    @classmethod
+    def inactive_error(cls, cfg: Any) -> str:
+        """For a config on which it is not ``active``: why naming it in ``steps:`` is an error (it
+        would be left out silently), or "" where leaving it out is what that config means."""
+        return ""
+
+    @classmethod
+    def splits_words(cls, cfg: Any) -> bool:
+        """Whether it splits documents into words with ``steps.words`` (stats.json's ``versions``
+        then has the word tokenizers of the languages it saw)."""
+        return False
 
     @classmethod
     def requires(cls, cfg: Any) -> tuple[str, ...]:

@@ -225,17 +225,27 @@ class Pii(TextStep):
         return text
 
 
+ESCAPE = re.compile(r"\\[ntr\\]")
+"""A backslash escape written where YAML does not read one (unquoted, or in single quotes)."""
+
+
 @dataclasses.dataclass
 class SymbolLinesConfig:
     symbols_to_remove: list[str] | None = None
     """Characters a removed line consists of (with spaces); null: datatrove's punctuation set."""
     replace_char: str = ""
-    """What a run of removed lines becomes ("": nothing; FineWeb-2: a line break)."""
+    """What a run of removed lines becomes ("": nothing; FineWeb-2: a line break, "\\n" in double quotes in YAML)."""
 
     def validate(self) -> None:
         longer = [s for s in self.symbols_to_remove or () if len(s) != 1]
         if longer:  # (a string in the config file is a list of one: its characters were never matched alone)
             raise UserError(f"symbols_to_remove holds {longer[0]!r}: give single characters, e.g. ['|', '-', '+']")
+        escape = ESCAPE.search(self.replace_char)
+        if escape:  # (YAML reads escapes only in double quotes: \n unquoted or in single quotes is two characters)
+            raise UserError(f"replace_char holds {escape.group()} as two characters (a backslash, then "
+                            f"{escape.group()[1]}), which would go into every document with a symbol line: YAML reads "
+                            f'escapes only in double quotes; write "{escape.group()}" (--set \'symbol_lines.replace_char='
+                            f'"{escape.group()}"\')')
 
 
 class SymbolLines(TextStep):

@@ -120,3 +120,7 @@ class NearDedup(Step):
     @classmethod
     def requires(cls, cfg: NearDupConfig) -> tuple[str, ...]:
         return ("lang",) if cfg.scope == "language" else ()
+
+    @classmethod
+    def splits_words(cls, cfg: NearDupConfig) -> bool:
+        return cfg.scheme == "datatrove"  # (FineWeb-2's shingles are words of the document's language)

@@ -87,6 +87,10 @@ class LanguageFilter(Step):
     def requires(cls, cfg: Any) -> tuple[str, ...]:
         return ("lang",)
 
+    @classmethod
+    def splits_words(cls, cfg: Any) -> bool:
+        return True
+
     def languages_named(self) -> dict[str, Iterable[str]]:
         return {"languages": self.cfg.languages}
 

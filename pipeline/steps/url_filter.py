@@ -121,6 +121,11 @@ class UrlFilter(Step):
     def active(cls, cfg: UrlFilterConfig) -> bool:
         return any(getattr(cfg, name) for name in LISTS)
 
+    @classmethod
+    def inactive_error(cls, cfg: UrlFilterConfig) -> str:
+        keys = ", ".join(f"url_filter.{name}" for name in LISTS)
+        return f"url_filter is in steps but has no lists: set one of {keys}, or take it out of steps"
+
     def store_paths(self) -> dict[str, str]:
         return {f"url_filter.{name}": getattr(self.cfg, name) for name in LISTS if getattr(self.cfg, name)}
 

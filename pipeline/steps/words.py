@@ -81,6 +81,8 @@ UNAVAILABLE = {"stanza": ("Stanza", "it downloads models at run time"),
                "tibetan": ("TibetanTokenizer (botok)", "not a dependency")}
 """datatrove's tokenizers this project does not run: (what datatrove uses, why not); the fallback instead."""
 SPACY_CONFIG: dict[str, dict[str, Any]] = {"zh": {"nlp": {"tokenizer": {"segmenter": "jieba"}}}}
+SEGMENTERS = {"zh": ("jieba",), "vi": ("pyvi",), "ja": ("sudachipy", "sudachidict_core")}
+"""The modules spaCy's tokenizer of these languages segments words with."""
 WHOLE_TEXT_SPACY = {"vi", "ja", "ko"}
 """spaCy languages whose tokenizer is a segmenter looking across spaces and lines (no cache)."""
 PIECES: dict[str, Callable[[str], list[str]]] = {"spacy": str.split, "whitespace": str.split,
@@ -291,6 +293,18 @@ def tokenizer_for(lang: str) -> WordTokenizer:
     except ImportError as exc:  # zh needs jieba, vi pyvi, ja sudachipy, ko mecab
         return WordTokenizer(lang, "spacy", FALLBACK, fallback=f"spaCy's {code!r} needs {exc.name or exc}")
     return tok
+
+
+def tokenizer_modules(lang: str) -> tuple[str, ...]:
+    """The modules the word tokenizer of ``lang`` runs with, as :func:`tokenizer_for` chooses it
+    (without loading it: for stats.json's versions, which list the installed ones)."""
+    import importlib.util
+
+    kind, code = TOKENIZERS.get(lang, ("spacy", lang))
+    own = {"thai": "pythainlp", "indic": "indicnlp"}.get(kind)
+    if own:
+        return (own,) if importlib.util.find_spec(own) is not None else ("spacy",)
+    return ("spacy", *SEGMENTERS.get(code, ()))
 
 
 def _checked(tok: WordTokenizer, module: str) -> WordTokenizer:
