@@ -185,14 +185,15 @@ def _check_steps(classes: list[type[Step]], sections: dict[str, Any], source: So
 def _check_unused_sections(cfg: CorpusConfig, source: Source) -> None:
     """A section of a step not in ``steps:`` is built and checked, but nothing reads it: a key the
     command line sets there is an error (what it asks would silently not happen); sections the
-    config file keeps for steps switched off are one warning line."""
+    config file keeps for steps its own ``steps:`` leaves out are one warning line (none where the
+    command line chose the steps: it switched those off)."""
     unused = sorted(set(cfg.sections) - {cls.name for cls in cfg.step_classes()})
     for name in unused:
         given = [key for key in source.given if key == name or key.startswith(name + ".")]
         if given:
             raise UserError(f"{source.of(given[0])}: {given[0]} is set, but step {name} is not in steps "
                             f"([{', '.join(cfg.steps)}]), so nothing would read it: add {name} to steps")
-    if unused:
+    if unused and "steps" not in source.given:
         LOG.warning("%s: %s not in steps, so %s not used: %s", source.path,
                     "these steps are" if len(unused) > 1 else "this step is",
                     "their sections are" if len(unused) > 1 else "its section is", ", ".join(unused))

@@ -148,6 +148,8 @@ def test_a_section_of_a_step_not_in_steps_is_an_error_on_the_command_line_and_a_
             f"{profile}: these steps are not in steps, so their sections are not used: pii, symbol_lines"]
         caplog.clear()
         assert load_config(str(profile), sets=["steps=[dedup, lid, pii, symbol_lines]"]).sections["pii"].remove_emails is False
+        load_config(str(profile), sets=["steps=[dedup, lid]"])  # the command line switched them off: no warning
+        assert not caplog.records
         for shipped in sorted((ROOT / "configs/corpus").glob("*.yaml")):
             load_config(str(shipped), {"input": ["x.wet.gz"], "output": "/tmp/x"})
         assert not caplog.records
