@@ -616,17 +616,19 @@ class DaskRunnerResult(PipelineResult):
         tick = self.interval if self.progress and self.interval > 0 else None
         next_tick = None if tick is None else time.monotonic() + tick
         look = min(5.0, self.worker_wait / 3)  # how often the scheduler is asked whether it has a worker
+        next_look = time.monotonic() + look
         try:
             pending = list(self.futures)
             while pending:  # a worker's error is raised here, on the client, as soon as it comes
-                until = min((t for t in (deadline, next_tick) if t is not None), default=time.monotonic() + look)
+                until = min(t for t in (deadline, next_tick, next_look) if t is not None)
                 try:
-                    wait(pending, timeout=max(0.0, min(until, time.monotonic() + look) - time.monotonic()),
-                         return_when="FIRST_COMPLETED")
+                    wait(pending, timeout=max(0.0, until - time.monotonic()), return_when="FIRST_COMPLETED")
                 except TimeoutError:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise
+                if time.monotonic() >= next_look:  # (also while tasks end: a worker back since is seen)
                     self._check_workers()
+                    next_look = time.monotonic() + look
                 for future in pending:
                     if future.status == "error":
                         future.result()
