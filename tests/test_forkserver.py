@@ -226,6 +226,7 @@ def test_a_forked_worker_reports_its_exit_like_a_process(monkeypatch):
     (None, 'import sys\nsys.path.insert(0, ".")\nROOT = 1\n\nif __name__ == "__main__":\n    run()\n', True),
     (None, 'print("working")\nrun()\n\nif __name__ == "__main__":\n    other()\n', False),  # guards something else
     (None, 'for part in parts:\n    run(part)\n\nif __name__ == "__main__":\n    other()\n', False),
+    (None, 'try:\n    import fast\nexcept ImportError:\n    fast = None\n\nif __name__ == "__main__":\n    run()\n', True),
     (None, "def broken(:\n", False),
 ])
 def test_only_a_guarded_main_lets_workers_fork(tmp_path, spec, source, guarded):

@@ -55,13 +55,18 @@ SET_UP_CALLS = ("sys.path.insert", "sys.path.append", "os.environ.setdefault", "
 
 def _only_sets_up(node: ast.stmt) -> bool:
     """Whether a script's top-level statement only defines, imports, assigns or sets up
-    (:data:`SET_UP_CALLS`): a call or a loop there besides the guard (a script that runs its work
-    at the top level and guards something else) would run again in every forked worker."""
+    (:data:`SET_UP_CALLS`; a ``try`` of such, an optional import): a call or a loop there besides
+    the guard (a script that runs its work at the top level and guards something else) would run
+    again in every forked worker. An assignment is taken for set-up (``ROOT = Path(...)``): this
+    cannot tell it from ``stats = run_corpus(cfg)``, which a script must keep under its guard."""
     if isinstance(node, ast.Expr):
         return isinstance(node.value, ast.Constant) or (isinstance(node.value, ast.Call)
                                                         and ast.unparse(node.value.func) in SET_UP_CALLS)
+    if isinstance(node, ast.Try):
+        return all(_only_sets_up(inner) for inner in [*node.body, *node.orelse, *node.finalbody,
+                                                       *(s for handler in node.handlers for s in handler.body)])
     return isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                             ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If))
+                             ast.Assign, ast.AnnAssign, ast.AugAssign, ast.If, ast.Pass))
 
 
 def raise_gc_threshold() -> tuple[int, int, int]:
