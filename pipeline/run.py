@@ -319,16 +319,24 @@ def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
 
 
 def code_digest(cfg: CorpusConfig) -> str:
-    """sha256 of this package's Python files and of the modules the config's steps come from (a
-    plugin's): a checkout pulled or fixed between a kill and ``--resume`` (an editable install keeps
-    its version number) would mix the old code's finished tasks with the new code's."""
-    import inspect
+    """sha256 of this package's Python files and of the modules the config's steps and their global
+    composites come from (a plugin's, by module name: the same code at another path is the same): a
+    checkout pulled or fixed between a kill and ``--resume`` (an editable install keeps its version
+    number) would mix the old code's finished tasks with the new code's. A plugin's own helper
+    modules are not followed."""
+    import importlib
 
     package = Path(__file__).resolve().parent
-    paths = sorted({*package.rglob("*.py"), *(Path(inspect.getfile(cls)).resolve() for cls in cfg.active_step_classes())})
+    files = {str(path.relative_to(package)): path for path in package.rglob("*.py")  # (not an editor's .#run.py)
+             if path.is_file() and not any(part.startswith(".") for part in path.relative_to(package).parts)}
+    for cls in cfg.active_step_classes():
+        for name in {cls.__module__, *([cls.transform.partition(":")[0]] if cls.transform else [])}:
+            path = getattr(importlib.import_module(name), "__file__", None)
+            if path and not Path(path).resolve().is_relative_to(package):
+                files[name] = Path(path)
     digest = hashlib.sha256()
-    for path in paths:
-        digest.update(f"{path.relative_to(package) if path.is_relative_to(package) else path}\0".encode())
+    for name, path in sorted(files.items()):
+        digest.update(f"{name}\0".encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

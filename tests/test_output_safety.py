@@ -387,7 +387,12 @@ def test_code_changed_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypa
     cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
                       [f"input=[{wet}]", "beam_options=[]", "steps=[dedup, lid, 'myplugins:Keep']"])
     before = fingerprint(cfg, fs.match_inputs(cfg.input))
-    (tmp_path / "myplugins.py").write_text(step.format("  # fixed"))
+    (tmp_path / "elsewhere").mkdir()  # the same module at another path (another node's checkout): the same code
+    (tmp_path / "elsewhere" / "myplugins.py").write_text(step.format(""))
+    monkeypatch.delitem(sys.modules, "myplugins")
+    monkeypatch.syspath_prepend(str(tmp_path / "elsewhere"))
+    assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before
+    (tmp_path / "elsewhere" / "myplugins.py").write_text(step.format("  # fixed"))
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 
