@@ -211,10 +211,12 @@ class CheckpointManager:
 
         tag_dir = self.directory / tag
         meta = read_meta(tag_dir)
-        for key, what in (("model_config", "another model config"), ("tokenizer_fingerprint", "another tokenizer")):
-            if meta[key] != expected[key]:
+        for key, what in (("model_config", "another model config"), ("tokenizer_fingerprint", "another tokenizer"),
+                          ("rtd_head", "another RTD head (one older than DeBERTa's, whose trained weights would feed "
+                                       "another function)")):
+            if meta.get(key) != expected.get(key):
                 raise UserError(f"--resume: checkpoint {tag_dir} was written for {what} ({key} differs: "
-                                f"{_diff(meta[key], expected[key])}); start a new run dir or resume the matching config")
+                                f"{_diff(meta.get(key), expected.get(key))}); start a new run dir or resume the matching config")
         saved, now = meta.get("run_config"), json.loads(json.dumps(expected["run_config"]))  # as meta.json has it
         for key in (RESUME_FIXED if not universal else UNIVERSAL_FIXED) if saved is not None else ():
             if saved.get(key) != now.get(key):

@@ -186,6 +186,13 @@ def deepspeed_keys() -> frozenset[str]:
                      for word in quoted.findall(path.read_text(encoding="utf-8", errors="replace")))
 
 
+def model_code(model_cfg: Any) -> dict[str, str]:
+    """What a checkpoint's meta.json records of model code that its config does not say: an RTD
+    model's head is DeBERTa's ``LMMaskPredictionHead`` (``rtd_head``; before 2026-12-01 it computed
+    another function under the same parameter names, so such a checkpoint cannot be resumed)."""
+    return {"rtd_head": "deberta"} if model_cfg.objective == "rtd" else {}
+
+
 def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, Any]:
     """The DeepSpeed config dict: the JSON file's ZeRO settings plus batch sizes, AdamW, clipping and precision from ``cfg``."""
     import torch
@@ -311,7 +318,8 @@ class Trainer:
         if universal:
             self.ds_config["checkpoint"] = {**self.ds_config.get("checkpoint", {}), "load_universal": True}
         self.accum = self.ds_config["gradient_accumulation_steps"]
-        self.meta = {"model_config": self.model_cfg.to_dict(), "tokenizer_fingerprint": tokenizer.fingerprint,
+        self.meta = {"model_config": self.model_cfg.to_dict(), **model_code(self.model_cfg),
+                     "tokenizer_fingerprint": tokenizer.fingerprint,
                      "tokenizer_dir": str(Path(cfg.tokenizer).resolve()), "world_size": self.world_size,
                      "global_batch": self.ds_config["train_batch_size"], "run_config": dataclasses.asdict(cfg)}
         self.flops_per_token = flops_per_token(self.model_cfg, cfg.loader.seq_len, cfg.loader.batch_size,

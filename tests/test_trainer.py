@@ -376,6 +376,21 @@ def test_resume_refuses_another_model_or_tokenizer(tmp_path: Path, single_rank: 
     assert resumed.step == 2
 
 
+def test_an_rtd_checkpoint_from_before_deberta_s_head_is_not_resumed(tmp_path: Path, single_rank: None,
+                                                                    sample_tokenizer: Path, sample_tokens: Path) -> None:
+    """The RTD head became DeBERTa's own under the same parameter names: an older checkpoint's
+    trained head would feed another function, a loss spike with no word. Its meta.json has no
+    ``rtd_head``: --resume refuses it in one line."""
+    trainer_for(tmp_path, sample_tokenizer, sample_tokens, model="mdeberta-tiny", steps=2).train()
+    meta_path = tmp_path / "run" / "checkpoints" / "step-2" / META
+    meta = json.loads(meta_path.read_text())
+    assert meta["rtd_head"] == "deberta"
+    del meta["rtd_head"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"written for another RTD head \(one older than DeBERTa's"):
+        trainer_for(tmp_path, sample_tokenizer, sample_tokens, model="mdeberta-tiny", steps=4).resume(None)
+
+
 def test_a_truncated_checkpoint_names_itself_and_the_way_out(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
                                                            sample_tokens: Path) -> None:
     trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4, intervals={"checkpoint": 2, "keep": 2}).train()
