@@ -60,7 +60,10 @@ def cgroup_rooms(cgroups: str, own: str) -> list[int]:
         return []
     rooms = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:  # (no cgroup line)
+            continue
+        _, controllers, path = fields
         if controllers == "":
             version, mount = "v2", Path(cgroups) if Path(cgroups, "cgroup.controllers").exists() else Path(cgroups, "unified")
         elif "memory" in controllers.split(","):
@@ -84,7 +87,11 @@ def _room(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> 
         if limit == "max" or int(limit) >= 1 << 60:  # (v1 writes "no limit" as a page-rounded 2**63)
             return None
         usage = int((folder / usage_file).read_text())
-        stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines() if " " in line)
     except (OSError, ValueError):
         return None
-    return max(0, int(limit) - usage + int(stat.get(inactive_key, 0)))
+    try:  # (without it, none of the cache counts as room)
+        stat = dict(line.split()[:2] for line in (folder / "memory.stat").read_text().splitlines() if " " in line)
+        inactive = int(stat.get(inactive_key, 0))
+    except (OSError, ValueError):
+        inactive = 0
+    return max(0, int(limit) - usage + inactive)
