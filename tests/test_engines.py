@@ -247,23 +247,28 @@ def test_a_task_that_failed_and_then_finished_is_no_failure(tmp_path):
     assert ledger.failures(str(tmp_path)) == {(0, 1): "OSError: disk full"}
 
 
+def waiting_task(cluster: DaskCluster, tmp_path: Path, connection_timeout: int) -> beam.runners.runner.PipelineResult:
+    """A DaskRunner run on ``cluster`` of one task that sleeps two minutes, once that task runs."""
+    from pipeline.runners.dask_runner import DaskRunner
+
+    options = PipelineOptions(["--dask_scheduler_file", str(cluster.file), f"--dask_connection_timeout={connection_timeout}",
+                               f"--temp_location={tmp_path / 'tmp'}", f"--dask_task_folder={tmp_path / 'tasks'}"])
+    p = beam.Pipeline(runner=DaskRunner(), options=options)
+    _ = p | beam.Create([0]) | "Wait" >> beam.Map(lambda x: time.sleep(120))
+    result = p.run()
+    deadline = time.monotonic() + 60
+    while not any("Wait" in str(key) for keys in cluster.client.processing().values() for key in keys):
+        assert time.monotonic() < deadline, "the task did not start"
+        time.sleep(0.1)
+    return result
+
+
 def test_a_scheduler_lost_mid_run_is_one_line(tmp_path, caplog):
     """The scheduler killed while a task runs: one line naming it, not Dask's cancelled futures, nor
     the traceback of the client's reconnection, cancelled when the run closes it."""
-    from pipeline.runners.dask_runner import DaskRunner
-
     cluster = DaskCluster(tmp_path, workers=1)
-    tasks = tmp_path / "tasks"
-    options = PipelineOptions(["--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout=5",
-                               f"--temp_location={tmp_path / 'tmp'}", f"--dask_task_folder={tasks}"])
     try:
-        p = beam.Pipeline(runner=DaskRunner(), options=options)
-        _ = p | beam.Create([0]) | "Wait" >> beam.Map(lambda x: time.sleep(120))
-        result = p.run()
-        deadline = time.monotonic() + 60
-        while not any("Wait" in str(key) for keys in cluster.client.processing().values() for key in keys):
-            assert time.monotonic() < deadline, "the task did not start"
-            time.sleep(0.1)
+        result = waiting_task(cluster, tmp_path, connection_timeout=5)
         address = cluster.client.scheduler.address
         cluster.procs[0].kill()
         with pytest.raises(UserError) as failed:
@@ -279,19 +284,9 @@ def test_a_scheduler_lost_mid_run_is_one_line(tmp_path, caplog):
 def test_a_scheduler_that_lost_every_worker_is_one_line_within_the_timeout(tmp_path):
     """The only worker killed while a task runs: the scheduler would hold the task for a worker for
     ever; after --dask_connection_timeout without one, one line naming the scheduler instead."""
-    from pipeline.runners.dask_runner import DaskRunner
-
     cluster = DaskCluster(tmp_path, workers=1)
-    options = PipelineOptions(["--dask_scheduler_file", str(cluster.file), "--dask_connection_timeout=3",
-                               f"--temp_location={tmp_path / 'tmp'}", f"--dask_task_folder={tmp_path / 'tasks'}"])
     try:
-        p = beam.Pipeline(runner=DaskRunner(), options=options)
-        _ = p | beam.Create([0]) | "Wait" >> beam.Map(lambda x: time.sleep(120))
-        result = p.run()
-        deadline = time.monotonic() + 60
-        while not any("Wait" in str(key) for keys in cluster.client.processing().values() for key in keys):
-            assert time.monotonic() < deadline, "the task did not start"
-            time.sleep(0.1)
+        result = waiting_task(cluster, tmp_path, connection_timeout=3)
         address = cluster.client.scheduler.address
         cluster.procs[1].kill()
         start = time.monotonic()
