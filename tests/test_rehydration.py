@@ -72,6 +72,8 @@ def test_bad_schedule_is_one_line() -> None:
 
     with pytest.raises(UserError, match="sampling.rehydration: cluster sizes must rise from 1"):
         load_config(None, {"input": ["x"], "output": "/tmp/x"}, ["sampling.rehydration=[[2, 2], [1, 1]]"])
+    with pytest.raises(UserError, match=r"copies from 1 to 1000\] pairs"):  # (its tokens would not fit in memory)
+        load_config(None, {"input": ["x"], "output": "/tmp/x"}, ["sampling.rehydration=[[1, 1000000000000]]"])
 
 
 def test_tokenize_repeats_training_documents(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path) -> None:

@@ -58,13 +58,18 @@ FINEWEB2_REHYDRATION = ((1, 1), (2, 2), (3, 3), (5, 5), (100, 8), (1000, 1))
 5-99, x8 for 100-999, x1 for 1000 and more (a cluster that large is spam, not popularity)."""
 
 
+MAX_COPIES = 1000
+"""The most copies a rehydration schedule may give a document (FineWeb-2's most is 8): more is no
+weighting but a typo, and its tokens would not fit in memory."""
+
+
 def check_rehydration(schedule: list[list[int]]) -> str | None:
     """What is wrong with a rehydration schedule (None when nothing is): [size, copies] pairs,
-    sizes rising from 1, copies at least 1."""
+    sizes rising from 1, copies from 1 to :data:`MAX_COPIES`."""
     if not schedule:
         return None
-    if any(len(pair) != 2 or pair[1] < 1 for pair in schedule):
-        return f"expected [smallest cluster size, copies >= 1] pairs, got {schedule!r}"
+    if any(len(pair) != 2 or not 1 <= pair[1] <= MAX_COPIES for pair in schedule):
+        return f"expected [smallest cluster size, copies from 1 to {MAX_COPIES}] pairs, got {schedule!r}"
     sizes = [pair[0] for pair in schedule]
     if sizes[0] != 1 or sizes != sorted(set(sizes)):
         return f"cluster sizes must rise from 1 without repeats, got {sizes}"
