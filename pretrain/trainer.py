@@ -12,6 +12,7 @@ On CPU it runs with gloo in fp32. Writes <output>/metrics.jsonl, <output>/tensor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -402,10 +403,12 @@ class Trainer:
                 if logged:
                     logger.log(self.step, record)
                 if (cfg.intervals.validate and self.step % cfg.intervals.validate == 0) or last:
-                    logger.log(self.step, self.validate())
+                    with self._outside_interval():
+                        logger.log(self.step, self.validate())
                 if self.step % cfg.intervals.checkpoint == 0 or last:
-                    self.save()
-                    logger.flush()
+                    with self._outside_interval():
+                        self.save()
+                        logger.flush()
                 logger.advance()
         finally:
             logger.close()
@@ -462,6 +465,23 @@ class Trainer:
         return {**dict(zip(keys, values)), "lr": lr, "grad_norm": None if grad_norm is None else float(grad_norm),
                 "step_time": step_time, "tokens_per_s": tokens_per_s, "flops_per_token": self.flops_per_token,
                 "mfu": mfu(self.flops_per_token, tokens_per_s, self.device_peak, self.world_size), **memory_gb()}
+
+    @contextlib.contextmanager
+    def _outside_interval(self) -> Iterator[None]:
+        """What runs inside (a validation, a checkpoint between two log steps) is left out of the next
+        record's step_time and tokens/s; the steps the device still had queued are finished first,
+        and still count."""
+        from deepspeed.accelerator import get_accelerator
+
+        if not self.interval["steps"]:  # (the interval starts at the next step)
+            yield
+            return
+        get_accelerator().synchronize()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.interval["start"] += time.perf_counter() - start
 
     def _divisors(self, counts: list[tuple[int, int]]) -> Any:
         """The step's (predicted positions, real tokens) over this rank's micro batches and every rank,

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,20 @@ def test_accumulated_micro_batches_weigh_every_predicted_position_alike(model: s
     norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in reference.parameters() if p.grad is not None))
     assert record["grad_norm"] == pytest.approx(float(norm), rel=1e-4)
     assert mean_of_means != pytest.approx(float(loss), rel=1e-4)  # the case tells the two apart
+
+
+def test_a_checkpoint_inside_a_log_interval_is_no_training_time(tmp_path: Path, single_rank: None,
+                                                              sample_tokenizer: Path, sample_tokens: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint at step 2 of a 4-step log interval (one that took 2 s) was counted in the
+    record's step_time and tokens/s: a quarter of it per step, a throughput several times too low."""
+    trainer = trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=4,
+                          intervals={"log": 4, "validate": 0, "checkpoint": 2, "keep": 2})
+    real = trainer.save
+    monkeypatch.setattr(trainer, "save", lambda: time.sleep(2.0) or real())
+    trainer.train()
+    record = read_metrics(tmp_path / "run" / "metrics.jsonl")[4]
+    assert record["step_time"] < 0.3, record  # (a step of the tiny model: ~0.03 s; with the save: ~0.5 s)
 
 
 def test_zero3_export_matches_the_engine_and_hf(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
