@@ -222,6 +222,11 @@ class MLMLoader:
     def _collate(self, ids: np.ndarray, langs: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
         import torch
 
+        if ids.min() < 0 or ids.max() >= self.vocab_size:  # (shard.json's max_id was checked, not each id)
+            row = int(np.flatnonzero(((ids < 0) | (ids >= self.vocab_size)).any(axis=1))[0])
+            raise UserError(f"token shards {self.shards.directory}: a lang={self.languages[int(langs[row])]} document "
+                            f"holds an id outside the vocabulary (0..{self.vocab_size - 1}): a token array damaged "
+                            "or edited in place; run `pretrain tokenize` again into a new --out")
         inputs, labels = self.mask(ids, rng)
         return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy((ids != PAD_ID).astype(np.int64)),
                 "labels": torch.from_numpy(labels), "lang": torch.from_numpy(langs.astype(np.int64))}

@@ -248,3 +248,20 @@ def test_unknown_language_and_too_many_ranks(shards: TokenShards) -> None:
         MLMLoader(shards, LoaderConfig(languages=["xx"]))
     with pytest.raises(UserError, match="too few for rank"):
         MLMLoader(shards, LoaderConfig(), rank=999, world_size=1000)
+
+
+@pytest.mark.parametrize("bad", [-5, 99999])
+def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shards(sample_tokens: Path, tmp_path: Path, bad: int) -> None:
+    """A token array damaged or edited in place at its length passes the shards' checks (shard.json's
+    max_id): an id at or over the vocabulary was an IndexError in the masking, a negative one went
+    into the batch (an embedding error on CPU, a device assert on GPU)."""
+    import shutil
+
+    copy = tmp_path / "tokens"
+    shutil.copytree(sample_tokens, copy)
+    path = sorted(copy.glob("lang=de/*/*/train.tokens.npy"))[0]
+    np.save(path, np.full_like(np.load(path), bad))
+    loader = MLMLoader(TokenShards.open(copy), LoaderConfig(seq_len=64, batch_size=4, languages=["de"]))
+    with pytest.raises(UserError, match=rf"^token shards {copy}: a lang=de document holds an id outside the vocabulary"):
+        for _ in range(50):
+            next(loader)
