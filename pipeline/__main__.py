@@ -15,7 +15,8 @@ from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
 from .util.errors import DEBUG_ENV, PATH_ERRORS, StepFailed, UserError, one_line
 from .output.layout import shard_pattern
-from .runners import prefork
+from .report import background
+from .runners import lean_import, prefork
 
 RUN_EPILOG = """\
 config keys (YAML file, or --set KEY=VALUE):
@@ -64,12 +65,20 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
 def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set,
                       beam_flags)
-    prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules())  # imports while the driver does
-    from .run import run_corpus  # imports Beam
+    lean = cfg.runner in prefork.LOCAL_NAMES and lean_import.wanted([cfg.input, cfg.output, cfg.beam_options,
+                                                                       cfg.to_dict()])
+    if lean:  # no URL in the config: Beam's cloud clients are left out of its import
+        lean_import.install()
+    prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules(), lean)  # imports while the driver does
+    background.start()  # the report's process: matplotlib imported on idle cycles
+    try:
+        from .run import run_corpus  # imports Beam
 
-    if args.no_progress:
-        cfg.progress = False
-    report = run_corpus(cfg, overwrite=args.overwrite, resume=args.resume)
+        if args.no_progress:
+            cfg.progress = False
+        report = run_corpus(cfg, overwrite=args.overwrite, resume=args.resume)
+    finally:
+        background.stop()
     if "built_only" in report:
         print(f"job built, not run: {report['built_only']}")
         return 0

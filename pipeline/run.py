@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import monitoring_infos
-from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions, SetupOptions,
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, SetupOptions,
                                                   TestOptions)
 
 from .config import CorpusConfig, step_store_paths
@@ -30,8 +30,8 @@ from .output import fs, layout, lease, stores
 from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_LOCK, RUN_STATE,
                             STAGING, TASK_FOLDER)
 from .readers import spill
-from .report.corpus_report import REPORT_FILES, build as build_report
-from .report.html import preload as preload_report
+from .report.background import build as build_report
+from .report.corpus_report import REPORT_FILES
 from .report.sampling import left_out_warning
 from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
@@ -439,26 +439,6 @@ def check_languages(steps: list[Step]) -> None:
                                     f"(what is given for it would never apply); {hint}")
 
 
-def preload_fits(options: PipelineOptions, runner: str) -> bool:
-    """Whether the report's matplotlib import (0.7-0.9 s of CPU) should run in a thread of the
-    driver during the pipeline rather than after it: only where the workers are other processes (in
-    the driver's own process it would take the GIL from them) and, where they run on this machine
-    (the DirectRunner's, a Dask LocalCluster's), a core is left over for it, of those this process
-    may run on. Without one, the import took the CPU it saved from the workers, and its share of
-    the GIL from the driver's serial work before them (the graph's proto, the first stage:
-    0.23-0.30 s against 0.08 s to the first bundle at 2 workers on 2 cores)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if runner in LOCAL_NAMES:
-        direct = options.view_as(DirectOptions)
-        return direct.direct_running_mode == "multi_processing" and cores > (direct.direct_num_workers or cores)
-    if runner in DASK_NAMES:
-        from .runners.dask_runner import local_workers
-
-        workers = local_workers(options)
-        return workers is None or cores > workers
-    return True
-
-
 _BEAM_TEMP: spill.Scratch | None = None
 """This process's folder for Beam's temporary files (:func:`beam_temp`), made by its first run that needs one."""
 
@@ -602,8 +582,6 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
                             "between stages as bytes and, where the workers are processes of their own, exact dedup "
                             "parses every input file twice; set TMPDIR to a folder on a disk", scratch)
             build_pipeline(pipeline, cfg, list(files), steps, scratch)
-            if not build_only and preload_fits(options, cfg.runner):
-                preload_report()
             result = pipeline.run()
             if build_only:  # with --template_location the job and what it needs are staged, not run
                 return {"built_only": template or "(--dry_run: not staged)"}

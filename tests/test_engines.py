@@ -812,3 +812,15 @@ def test_dataflow_job_is_built_offline_with_our_package_and_options(sample, gcs_
     sdist = [b for b in bucket.client.list_blobs("polyglot", prefix="staging/") if b.name.endswith(".tar.gz")]
     assert sdist and sdist[0].size > 10_000
     assert not list(bucket.client.list_blobs("polyglot", prefix="corpus/"))  # nothing ran
+
+
+def test_pipeline_run_as_a_user_runs_it_writes_the_direct_runner_bytes(planted, tmp_path):
+    """``python -m pipeline run`` in a process of its own, 2 workers forked from its fork server: Beam
+    imported there without its cloud clients (no URL in the config: ``runners.lean_import``) in the
+    driver and the fork server, and the report drawn by its report process (``report.background``)."""
+    out = tmp_path / "out"
+    proc = subprocess.run([str(PY), "-m", "pipeline", "run", "--no-progress", *planted["config"], "--output", str(out),
+                           "--set", "beam_options=[--direct_num_workers=2, --direct_running_mode=multi_processing]"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert output_digests(out) == planted["reference"]

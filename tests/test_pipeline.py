@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from test_warc import BAD_CASES
 from pipeline.__main__ import main
 from pipeline.output.shards import SCHEMA, read_shard
 from pipeline.readers.warc import RecordReader
-from pipeline.runners.options import direct_pipeline, pipeline_options
+from pipeline.runners.options import direct_pipeline
 from pipeline.steps.base import Drop, RunInfo, Step
 from pipeline.transforms.counting import COUNTS, Counted, total_counts
 
@@ -630,36 +629,3 @@ def test_a_run_killed_while_replacing_the_corpus_leaves_a_whole_one(sample, tmp_
     assert not list((tmp_path / "out").glob("_staging-*"))
 
 
-@pytest.mark.parametrize("beam_options, preloaded", [
-    ("[]", False), ("[--direct_running_mode=multi_processing]", True),
-    ("[--direct_running_mode=multi_processing, --direct_num_workers=2]", False)])
-def test_matplotlib_is_preloaded_only_while_the_driver_waits_on_other_processes(sample, tmp_path, monkeypatch,
-                                                                               beam_options, preloaded):
-    """The report's import runs during the pipeline only where the workers are other processes (in
-    the driver's own process it would take the GIL from them) and a core is left for it (here 2)."""
-    import pipeline.run as run
-
-    calls: list[int] = []
-    monkeypatch.setattr(run, "preload_report", lambda: calls.append(1))
-    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1})
-    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
-    assert run_cli("--config", "configs/corpus/sample.yaml", "--input", wet, "--output", str(tmp_path / "out"),
-                   "--set", f"beam_options={beam_options}", "--set", "steps=[lid]") == 0
-    assert calls == ([1] if preloaded else [])
-
-
-@pytest.mark.parametrize("runner, flags, preloaded", [
-    ("DaskRunner", ["--dask_num_workers=1"], True),  # a LocalCluster of 1 worker on 2 cores: one left over
-    ("DaskRunner", ["--dask_num_workers=2"], False),
-    ("DaskRunner", [], False),  # a LocalCluster's default: a worker per core
-    ("DaskRunner", ["--dask_client_address=tcp://10.0.0.5:8786"], True),  # the workers are elsewhere
-    ("DataflowRunner", [], True),
-    ("DirectRunner", ["--direct_running_mode=multi_processing", "--direct_num_workers=1"], True),
-    ("DirectRunner", ["--direct_num_workers=1"], False),  # in the driver's process
-])
-def test_matplotlib_is_preloaded_only_where_a_core_is_left_for_it(monkeypatch, runner, flags, preloaded):
-    import pipeline.run as run
-
-    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert run.preload_fits(pipeline_options(runner, flags), runner) is preloaded

@@ -65,6 +65,49 @@ def test_pipeline_report_rebuilds_it_from_stats_and_sampling_alone(corpus, tmp_p
         assert (alone / "report" / name).read_bytes() == (corpus / "report" / name).read_bytes(), name
 
 
+def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeypatch):
+    """``pipeline run``'s report process (``report.background``) draws the report; where it is gone,
+    does not answer within WAIT_S, or cannot draw it, the driver draws it itself: the same bytes, or
+    the same one-line error."""
+    import signal
+    import time
+
+    from pipeline.report import background
+    from pipeline.util.errors import UserError
+
+    answers: list[bool] = []
+    drawn = background._drawn
+    monkeypatch.setattr(background, "_drawn", lambda process, request: answers.append(
+        (files := drawn(process, request)) is not None) or files)
+    monkeypatch.setattr(background, "WAIT_S", 3.0)
+
+    def report_of(name: str, spoil=None) -> dict[str, bytes]:
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in ("stats.json", "sampling.json"):
+            shutil.copy(corpus / file, folder / file)
+        background.start()
+        if spoil:
+            spoil(background._started)
+        started = time.monotonic()
+        background.build(str(folder))
+        assert time.monotonic() - started < 3.0 + 10  # (a stopped process: WAIT_S, then the driver's own)
+        return {p.name: p.read_bytes() for p in (folder / "report").iterdir()}
+
+    expected = {p.name: p.read_bytes() for p in (corpus / "report").iterdir()}
+    assert report_of("drawn") == expected and answers == [True]
+    assert report_of("gone", lambda process: (process.kill(), process.wait())) == expected and answers[-1] is False
+    assert report_of("stopped", lambda process: process.send_signal(signal.SIGSTOP)) == expected and answers[-1] is False
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    shutil.copy(corpus / "sampling.json", bad / "sampling.json")
+    (bad / "stats.json").write_text(json.dumps({**json.loads((corpus / "stats.json").read_text()), "languages": []}))
+    background.start()
+    with pytest.raises(UserError, match=r"bad/stats.json or sampling.json: not as pipeline run writes them"):
+        background.build(str(bad))
+    assert answers[-1] is False and background._started is None
+
+
 def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):
     """stats.json from before the report (no histograms, per-language drops, cluster sizes, versions)."""
     old = tmp_path / "old"

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 @functools.cache
 def beam_filesystems() -> Any:
     """Beam's ``FileSystems``, imported on first use, with the S3 clients shared
-    (:func:`stores.share_s3_clients`). Reading a config imports no Beam: ``pipeline run`` starts its
-    workers' fork server first, so that it imports Beam while the driver does."""
+    (:func:`stores.share_s3_clients`) where Beam's S3 file system is there (``runners.lean_import``
+    leaves it out of a run with no URL). Reading a config imports no Beam: ``pipeline run`` starts
+    its workers' fork server first, so that it imports Beam while the driver does."""
     from apache_beam.io.filesystems import FileSystems
 
-    stores.share_s3_clients()
+    if "apache_beam.io.aws.s3filesystem" in sys.modules:
+        stores.share_s3_clients()
     return FileSystems
 
 

@@ -18,7 +18,7 @@ from ..output import fs
 from ..output.layout import REPORT
 from ..steps.near_dedup import CLUSTER_SIZES, NearDedup
 from ..util.errors import UserError
-from .html import Section, Table, png, pyplot, write_report
+from .html import Section, Table, png, pyplot, render_report, write_files
 from .sampling import left_out_warning, sampling_weights
 
 ALPHAS = (0.7, 0.3, 0.0)  # XLM-R's paper compares these (α = 0: every language the same share)
@@ -324,19 +324,29 @@ REPORT_FILES = ("report.md", "report.html", "funnel.png", "languages.png", "samp
 """Every file :func:`build` writes: ``report --out`` takes a folder holding no other."""
 
 
-def build(corpus: str, out: str | None = None) -> list[str]:
-    """Write the report of the corpus in folder ``corpus`` (local or a bucket) to ``out``
-    (default ``<corpus>/report``); returns the written paths."""
-    stats = fs.read_json(fs.join(corpus, "stats.json"), STATS_KEYS)
-    sampling = fs.read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS)
+def inputs(corpus: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``stats.json`` and ``sampling.json`` of the corpus in folder ``corpus``: what a report is drawn from."""
+    return (fs.read_json(fs.join(corpus, "stats.json"), STATS_KEYS),
+            fs.read_json(fs.join(corpus, "sampling.json"), SAMPLING_KEYS))
+
+
+def render(stats: dict[str, Any], sampling: dict[str, Any], source: str = "stats.json") -> list[tuple[str, bytes]]:
+    """The report's files (``html.render_report``) from :func:`inputs`; ``source`` names the
+    stats file in the error for one that is not as ``pipeline run`` writes it."""
     try:
-        stats["counters"] = {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}
+        stats = {**stats, "counters": {LEGACY_NAMES.get(step, step): names for step, names in stats["counters"].items()}}
         kept = sum(v["documents"] for v in stats["languages"].values())
         intro = [f"{kept:,} documents in {len(stats['languages'])} languages from {stats['input_files']} input files "
                  "(stats.json and sampling.json beside this folder; run.json has the runner and the time taken)."]
         sections = [funnel_section(stats), languages_section(stats), sampling_section(sampling),
                     perplexity_section(stats), neardup_section(stats), rejected_section(stats), config_section(stats)]
     except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a file edited by hand, or not ours
-        raise UserError(f"{fs.join(corpus, 'stats.json')} or sampling.json: not as pipeline run writes them "
+        raise UserError(f"{source} or sampling.json: not as pipeline run writes them "
                         f"({type(exc).__name__}: {exc})") from None
-    return write_report(out or fs.join(corpus, REPORT), "Corpus report", sections, intro)
+    return render_report("Corpus report", sections, intro)
+
+
+def build(corpus: str, out: str | None = None) -> list[str]:
+    """Write the report of the corpus in folder ``corpus`` (local or a bucket) to ``out``
+    (default ``<corpus>/report``); returns the written paths."""
+    return write_files(out or fs.join(corpus, REPORT), render(*inputs(corpus), source=fs.join(corpus, "stats.json")))

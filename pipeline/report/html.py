@@ -10,7 +10,7 @@ import html
 import io
 import re
 import threading
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from ..output import fs
 
@@ -68,17 +68,9 @@ def png(fig: Any) -> bytes:
 _PYPLOT = threading.Lock()
 
 
-def preload() -> None:
-    """Import matplotlib in a background thread (about half a second), for a report that is built
-    later in this process: a corpus run's, after the pipeline, while the driver mostly waits on
-    workers in other processes (where they run in the driver's process, the import would take
-    the GIL from them, so ``pipeline run`` leaves it to the report)."""
-    threading.Thread(target=pyplot, name="preload-matplotlib", daemon=True).start()
-
-
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (no display needed); one thread at a time, so that
-    no thread selects the backend while another is still importing pyplot (:func:`preload`)."""
+    no thread selects the backend while another is still importing pyplot."""
     with _PYPLOT:
         import matplotlib
 
@@ -88,13 +80,13 @@ def pyplot() -> Any:
     return plt
 
 
-def write_report(out: str, title: str, sections: list[Section], intro: list[str] = ()) -> list[str]:
-    """Write ``report.md``, ``report.html`` and every plot's PNG into folder ``out``; returns the paths."""
+def render_report(title: str, sections: list[Section], intro: Sequence[str] = ()) -> list[tuple[str, bytes]]:
+    """``(file name, bytes)`` of every plot's PNG, then ``report.md`` and ``report.html``."""
     md = [f"# {title}", "", *intro, ""]
     page = ["<!DOCTYPE html>", f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
             f"<style>{STYLE}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
             *[f"<p>{html.escape(line)}</p>" for line in intro]]
-    written = []
+    files = []
     for section in sections:
         md += [f"## {section.heading}", ""]
         page.append(f"<h2>{html.escape(section.heading)}</h2>")
@@ -105,9 +97,7 @@ def write_report(out: str, title: str, sections: list[Section], intro: list[str]
             md += [paragraph, ""]
             page.append(f"<p>{html.escape(paragraph)}</p>")
         for name, data in section.plots:
-            path = fs.join(out, name)
-            fs.write_atomic(path, lambda stream, data=data: stream.write(data))
-            written.append(path)
+            files.append((name, data))
             md += [f"![{section.heading}]({name})", ""]
             page.append(f'<figure><img alt="{html.escape(section.heading)}" '
                         f'src="data:image/png;base64,{base64.b64encode(data).decode()}">'
@@ -116,8 +106,20 @@ def write_report(out: str, title: str, sections: list[Section], intro: list[str]
             md += [*markdown_table(table), ""]
             page.append(html_table(table))
     page.append("</body></html>")
-    for name, text in (("report.md", "\n".join(md)), ("report.html", "\n".join(page) + "\n")):
+    return [*files, ("report.md", "\n".join(md).encode("utf-8")),
+            ("report.html", ("\n".join(page) + "\n").encode("utf-8"))]
+
+
+def write_files(out: str, files: Iterable[tuple[str, bytes]]) -> list[str]:
+    """Each ``(file name, bytes)`` written into folder ``out``, whole or not at all; returns the paths."""
+    written = []
+    for name, data in files:
         path = fs.join(out, name)
-        fs.write_atomic(path, lambda stream, text=text: stream.write(text.encode("utf-8")))
+        fs.write_atomic(path, lambda stream, data=data: stream.write(data))
         written.append(path)
     return written
+
+
+def write_report(out: str, title: str, sections: list[Section], intro: Sequence[str] = ()) -> list[str]:
+    """Write ``report.md``, ``report.html`` and every plot's PNG into folder ``out``; returns the paths."""
+    return write_files(out, render_report(title, sections, intro))

@@ -14,6 +14,7 @@ import ast
 import gc
 import multiprocessing
 import multiprocessing.forkserver
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -99,7 +100,18 @@ def forks_workers(runner: str, beam_flags: list[str]) -> bool:
     return flags.runner in LOCAL_NAMES and flags.direct_running_mode == "multi_processing"
 
 
-def start_for_run(runner: str, beam_flags: list[str], step_modules: list[str]) -> bool:
+def start_for_run(runner: str, beam_flags: list[str], step_modules: list[str], lean: bool = False) -> bool:
     """Start the fork server for a run that forks its workers (:func:`forks_workers`), importing
-    what its workers need; ``forkserver.install`` finds it running. Returns whether it runs."""
-    return forks_workers(runner, beam_flags) and start_fork_server([*WORKER_MODULES, *step_modules])
+    what its workers need; ``forkserver.install`` finds it running. With ``lean`` it leaves Beam's
+    cloud clients out of its import (``lean_import``). Returns whether it runs."""
+    if not forks_workers(runner, beam_flags):
+        return False
+    if not lean:
+        return start_fork_server([*WORKER_MODULES, *step_modules])
+    from . import lean_import
+
+    os.environ[lean_import.ENV] = "1"  # the server's environment, not this process's
+    try:
+        return start_fork_server([lean_import.__name__, *WORKER_MODULES, *step_modules])
+    finally:
+        del os.environ[lean_import.ENV]
