@@ -92,8 +92,9 @@ def test_broken_models_are_found_before_the_job(tmp_path):
                           ("truncated.ftz", "fastText cannot load it, the file is truncated or corrupt")]:
         with pytest.raises(UserError, match=message):
             check_model(str(tmp_path / name))
-    labels = check_model(None)  # lid.176's languages
+    labels = check_model(None)  # lid.176's languages: the wheel's model, loaded in this process
     assert len(labels) == 176 and {"en", "zh", "sw", "no"} <= labels
+    assert check_model(default_model_path()) == labels  # the same file given by a user: loaded in a child
 
 
 def test_predict_equals_fasttexts_public_predict_and_numpys_round(lid, sample):

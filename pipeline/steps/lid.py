@@ -44,12 +44,26 @@ print("\\n".join(model.get_labels()))
 """
 
 
+def load_model(path: str) -> Any:
+    """fastText's model at ``path`` (local, or copied from a bucket once per machine)."""
+    import fasttext
+
+    fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
+    try:
+        return fasttext.load_model(str(fs.local_copy(path)))
+    except ValueError as exc:
+        raise UserError(f"{path}: not a fastText model ({exc})") from None
+
+
 def check_model(path: str | None) -> frozenset[str]:
     """The languages the model gives (its labels without ``__label__``), checked before a job
     starts: a fastText header, then a real load in a child process (fastText's loader crashes the
     process on a truncated file, and throws ``bad_alloc`` on a garbage body), so that a broken model
-    is one error line, not a worker crash."""
-    path = path or default_model_path()
+    is one error line, not a worker crash. The wheel's own model (``path`` None), installed with a
+    package rather than given by a user, is loaded in this process instead (the child process took
+    0.3 s of every run, on its critical path)."""
+    if path is None:
+        return frozenset(label.removeprefix(LABEL_PREFIX) for label in load_model(default_model_path()).get_labels())
     if not fs.exists(path):
         raise UserError(f"lid.model {path}: no such file")
     try:
@@ -160,14 +174,7 @@ class LanguageIdentifier(Step):
     @property
     def model(self) -> Any:
         if self._model is None:
-            import fasttext
-
-            fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load_model warning
-            path = fs.local_copy(self.model_path)
-            try:
-                self._model = fasttext.load_model(str(path))
-            except ValueError as exc:
-                raise UserError(f"{self.model_path}: not a fastText model ({exc})") from None
+            self._model = load_model(self.model_path)
         return self._model
 
     def predict(self, text: str) -> tuple[str, float, float]:
