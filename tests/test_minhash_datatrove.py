@@ -9,6 +9,7 @@ smallest id), and for bg, th, sw and ur documents shuffled from a few sentences.
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,23 @@ def test_shingles_and_signatures_equal_datatrove(originals) -> None:  # noqa: F8
             assert np.array_equal(expected.ravel(), ours), (lang, text[:60])
             if len(ours):
                 assert np.array_equal(np.array(reference.get_signature(expected)).ravel(), mdt.signature(ours, 112, 1))
+
+
+def test_simplify_numbers_equal_datatrove() -> None:
+    """Every decimal digit of ``re``'s tables or ``regex``'s (datatrove's), alone, repeated and with a
+    decimal part: simplified as ``simplify_text`` does (U+116D0.. Myanmar Eastern Pwo Karen, Unicode
+    16, are digits to ``regex`` only)."""
+    import re
+
+    import regex
+    from datatrove.utils.text import simplify_text
+
+    digits = [chr(c) for c in range(sys.maxunicode + 1)
+              if re.fullmatch(r"\d", chr(c)) or regex.fullmatch(r"\p{Nd}", chr(c))]
+    assert "\U000116D0" in digits
+    for d in digits:
+        text = f"{d} {d}{d} x{d},{d}{d}.{d}y"
+        assert mdt.simplify(text) == simplify_text(text), hex(ord(d))
 
 
 def test_same_removals_and_cluster_sizes_as_datatrove(documents, tmp_path: Path) -> None:

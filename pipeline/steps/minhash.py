@@ -24,10 +24,12 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    per document and band: a batch of documents sends one element per ``(scope, partition)`` (the
    band hash modulo ``partitions``) with the rows of its band hashes there, and each partition
    finds its shared buckets with one sort (:func:`shared_buckets`). With ``verify`` (default), a
-   member is linked to the smallest member whose estimated Jaccard (matching signature positions
-   / ``num_perm``) reaches ``threshold``, which removes LSH false positives; without it every
-   member is linked to the bucket's smallest id (a star, as datatrove does). Edges per bucket
-   are linear in its size when members are alike.
+   bucket's members are joined (union-find) by their alike pairs, those whose estimated Jaccard
+   (matching signature positions / ``num_perm``) reaches ``threshold``, which removes LSH false
+   positives, and each group so joined is linked to its smallest id (:func:`bucket_edges`);
+   without it every member is linked to the bucket's smallest id (a star; datatrove pairs each
+   document with the one before it in the bucket, a chain: the same components). A bucket of n
+   members gives at most n - 1 edges.
 4. **Connected components** by the alternating large-star / small-star algorithm (Kiveris et
    al., 2014), unrolled ``max_iterations`` times in the graph (a Beam graph is static); once a
    round changes nothing the edges leave the loop and the remaining rounds run empty. Edges

@@ -3,7 +3,8 @@ FineWeb-2's configuration), Beam-free; ``pipeline.transforms.near_dedup`` runs i
 
 1. **Shingles** (``MinhashDedupSignature.get_shingles``): the text simplified as datatrove's
    ``simplify_text`` does by default (lowercase; each number, with one decimal part, becomes
-   ``0``; punctuation becomes spaces; whitespace runs become one space; accents dropped after NFD),
+   ``0``, a digit being what the ``regex`` module's ``\\p{Nd}`` matches, as in datatrove;
+   punctuation becomes spaces; whitespace runs become one space; accents dropped after NFD),
    split into words by the language's word tokenizer (``pipeline.steps.words``), and every run of
    ``word_ngram`` words joined by a space and hashed with xxHash64 (of its UTF-8 bytes). A text
    with fewer words has no shingle and no signature: it is never a near-duplicate.
@@ -27,16 +28,17 @@ import functools
 import re
 import sys
 import unicodedata
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from .punctuation import PUNCTUATION
 from .words import tokenizer_for
 
+if TYPE_CHECKING:
+    import regex
+
 MERSENNE = np.uint64((1 << 61) - 1)
-NUMBERS = re.compile(r"\d+([.,،٫⎖⎗⎘]\d+)?")
-"""A number with at most one decimal part; ``\\d`` in a str pattern is Unicode's Nd, as datatrove's ``\\p{Nd}``."""
 WHITESPACE = re.compile(r"\s+")
 TO_SPACES = str.maketrans(PUNCTUATION, " " * len(PUNCTUATION))
 DEFAULT_LANG = "en"
@@ -49,9 +51,18 @@ def _no_marks() -> dict[int, None]:
     return {c: None for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Mn"}
 
 
+@functools.cache
+def _numbers() -> regex.Pattern[str]:
+    """datatrove's number pattern (one decimal part at most), compiled as it compiles it: with the
+    ``regex`` module, whose ``\\p{Nd}`` follows its own Unicode tables, newer than ``re``'s ``\\d``."""
+    import regex
+
+    return regex.compile(r"\p{Nd}+([.,،٫⎖⎗⎘]{1}\p{Nd}+)?", regex.VERBOSE | regex.UNICODE)
+
+
 def simplify(text: str) -> str:
     """datatrove's ``simplify_text`` with its default ``TextNormConfig``."""
-    text = NUMBERS.sub("0", text.lower()).translate(TO_SPACES)
+    text = _numbers().sub("0", text.lower()).translate(TO_SPACES)
     text = WHITESPACE.sub(" ", text.strip())
     return unicodedata.normalize("NFD", text).translate(_no_marks()).strip()
 
