@@ -215,11 +215,14 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     small = fifteen_language_run(fixture, n=12)
     skipped = json.loads(json.dumps(full))
     skipped["data"]["files"]["test"][0]["malformed"] = 3
+    train_skipped = json.loads(json.dumps(full))  # --skip-malformed left training pairs out: not all of them
+    train_skipped["data"]["files"]["train"][0]["malformed"] = 2
+    train_skipped["summary"] = summarize(train_skipped)
     one_seed = json.loads(json.dumps(full))
     one_seed["seeds"] = one_seed["seeds"][:1]
     one_seed["summary"] = summarize(one_seed)
-    render([chosen_on_fr, cut, small, skipped, one_seed], tmp_path / "other",
-           names=["fr-dev", "cut", "small", "skipped", "one-seed"])
+    render([chosen_on_fr, cut, small, skipped, train_skipped, one_seed], tmp_path / "other",
+           names=["fr-dev", "cut", "small", "skipped", "train-skipped", "one-seed"])
     main_table, rest = (tmp_path / "other" / "report.md").read_text().split("## Runs not comparable with the published results")
     assert [line.split(" (ours")[0] for line in main_table.splitlines() if "(ours" in line] == ["| one-seed"]
     assert "| one-seed (ours, 1 seeds, test) | 66.7 ± – |" in main_table
@@ -227,6 +230,18 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     assert "trained on the first 100 examples per language only" in rest
     assert "test sets not of XNLI's 5,010 pairs a language (en 12, fr 12," in rest
     assert "3 malformed dev/test lines left out" in rest
+    assert "| train-skipped (ours" in rest and "2 malformed training lines left out" in rest
+
+
+def test_results_name_the_training_pairs_used(exported: Path, tmp_path: Path) -> None:
+    """data.files keeps what each file held; data.train_examples the pairs trained on, after the cut."""
+    out = tmp_path / "cut"
+    assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", "en",
+                 "--seeds", "1", "--max-train-examples", "10", *ARGS, "--epochs", "1") == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [f["examples"] for f in results["data"]["files"]["train"]] == [{"en": 24}]
+    assert results["data"]["train_examples"] == {"en": 10} and results["seeds"][0]["steps"] == 2  # ceil(10 / 8)
+    assert "| train en (10 pairs); test |" in (out / "report.md").read_text()
 
 
 def test_a_run_at_chance_says_so(run: Path, tmp_path: Path) -> None:

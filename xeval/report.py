@@ -121,6 +121,9 @@ def why_not_comparable(run: dict[str, Any]) -> str:
     malformed = sum(log["malformed"] for split in ("dev", "test") for log in run["data"]["files"][split])
     if malformed:
         reasons.append(f"{malformed} malformed dev/test lines left out")
+    malformed = sum(log["malformed"] for log in run["data"]["files"]["train"])
+    if malformed:
+        reasons.append(f"{malformed} malformed training lines left out")
     return "; ".join(reasons)
 
 
@@ -243,6 +246,12 @@ def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> li
             ("gap.png", _bar_chart(others, gaps, "English minus language (points)", "Cross-lingual transfer gap"))]
 
 
+def _train_examples(data: dict[str, Any]) -> str:
+    """The training languages, with the pairs trained on (after --max-train-examples) where recorded."""
+    used = data.get("train_examples")  # results.json of before it was recorded: the languages alone
+    return ", ".join(f"{lang} ({used[lang]:,} pairs)" if used else lang for lang in data["train_languages"])
+
+
 def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
     """What each of our rows is: data, split, seeds, selection and checkpoints, languages, predictions."""
     rows, predictions = [], []
@@ -253,7 +262,7 @@ def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
         missing = [lang for lang in XNLI_LANGUAGES if lang not in run["languages"]]
         files = [f for split in data["files"].values() for f in split]
         rows.append([name, f"{data['name']} ({data['root']})" + (f": {data['note']}" if data.get("note") else ""),
-                     f"train {', '.join(data['train_languages'])}; test", setting_of(run),
+                     f"train {_train_examples(data)}; test", setting_of(run),
                      ", ".join(map(str, cfg["seeds"])),
                      f"{sel['split']} {', '.join(sel['languages'])}, highest mean accuracy; {picked}",
                      "all 15" if not missing else f"{len(run['languages'])}, missing {', '.join(missing)}",

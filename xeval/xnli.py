@@ -246,6 +246,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
         "model": model_info,
         "data": {"root": str(root.resolve()), "name": cfg.dataset_name, "note": cfg.data_note,
                  "train_languages": train_langs,
+                 "train_examples": {lang: len(train_sets[lang]) for lang in train_langs},  # after the cut
                  "files": {"train": _logs(train_logs), "dev": _logs(dev_logs), "test": _logs(test_logs)}},
         "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
                         "device": device.split(":")[0], "world_size": dist.world},
