@@ -135,6 +135,9 @@ def test_reports(run: Path, tmp_path: Path) -> None:
     assert "> **" in md and ": hand-made format fixtures, not XNLI**" in md
     assert "| XLM-R base (published), test | 85.8 |" in md and "| mDeBERTa-v3 base (published), test | 88.2 |" in md
     assert "He et al. 2021 (DeBERTaV3), Table 6" in md and "calls them dev results" in md
+    # our checkpoint selection is ours: the published rows' is as their sources state it, unstated for XLM-R
+    assert "model selected on English dev" not in md and "Our rows: checkpoint selected on English dev" in md
+    assert md.count("| not stated in the paper (Schmidt et al. 2023") == 2 and "| not stated in the model card" in md
     parser = _Parser()
     parser.feed((run / "report.html").read_text())
     assert "table" in parser.tags and len(parser.images) == 2
