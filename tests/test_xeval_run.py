@@ -39,9 +39,9 @@ def xeval(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def run(exported: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run")
+    out = tmp_path_factory.mktemp("run")  # seeds whose models (which learn little) predict different labels
     assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
-                 "--seeds", "1,2", "--save-models", *ARGS) == 0
+                 "--seeds", "1,3", "--save-models", *ARGS) == 0
     return out
 
 
@@ -50,7 +50,7 @@ def test_results_schema_and_selection(run: Path) -> None:
     assert results["languages"] == ["en", "fr", "de", "ar", "zh", "sw"]
     assert results["selection"]["languages"] == ["en"] and results["model"]["engine"] == "ours"
     assert results["data"]["note"] == "hand-made format fixtures, not XNLI"
-    assert [s["seed"] for s in results["seeds"]] == [1, 2]
+    assert [s["seed"] for s in results["seeds"]] == [1, 3]
     for seed in results["seeds"]:
         assert len(seed["history"]) == 3  # one dev evaluation per epoch
         best = max(seed["history"], key=lambda p: p["score"])
@@ -102,10 +102,10 @@ def test_same_predictions_as_plain_hf_loop(run: Path) -> None:
 
 
 def test_seed_is_deterministic(exported: Path, run: Path, tmp_path: Path) -> None:
-    """Seed 2 alone reproduces, to the bit, seed 2 of the two-seed run (history, selection, dev, test)."""
+    """Seed 3 alone reproduces, to the bit, seed 3 of the two-seed run (history, selection, dev, test)."""
     out = tmp_path / "again"
     assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
-                 "--seeds", "2", *ARGS) == 0
+                 "--seeds", "3", *ARGS) == 0
     alone = json.loads((out / "results.json").read_text())["seeds"][0]
     assert alone == json.loads((run / "results.json").read_text())["seeds"][1]
 

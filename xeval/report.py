@@ -247,6 +247,17 @@ def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> li
             ("gap.png", _bar_chart(others, gaps, "English minus language (points)", "Cross-lingual transfer gap"))]
 
 
+def _model_of(model: dict[str, Any]) -> str:
+    """The model folder, its engine, the checkpoint a training run's folder was resolved to and the weights' digest."""
+    checkpoint, digest = model.get("checkpoint"), model.get("weights_sha256")
+    parts = [str(model.get("engine"))]
+    if checkpoint:
+        parts.append(f"checkpoint {checkpoint['tag']} (step {checkpoint['step']})")
+    if digest:
+        parts.append(f"weights sha256 {digest[:12]}")
+    return f"{model.get('path')} ({'; '.join(parts)})"
+
+
 def _train_examples(data: dict[str, Any]) -> str:
     """The training languages, with the pairs trained on (after --max-train-examples) where recorded."""
     used = data.get("train_examples")  # results.json of before it was recorded: the languages alone
@@ -267,7 +278,7 @@ def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
                      ", ".join(map(str, cfg["seeds"])),
                      f"{sel['split']} {', '.join(sel['languages'])}, highest mean accuracy; {picked}",
                      "all 15" if not missing else f"{len(run['languages'])}, missing {', '.join(missing)}",
-                     f"{run['model'].get('path')} ({run['model'].get('engine')}); lr {cfg['learning_rate']}, "
+                     f"{_model_of(run['model'])}; lr {cfg['learning_rate']}, "
                      f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, max length {cfg['max_length']}; left out while "
                      f"reading: {sum(f['skipped_no_label'] for f in files)} unlabeled, {sum(f['malformed'] for f in files)} malformed"])
         for seed in run["seeds"]:
