@@ -49,6 +49,7 @@ def test_results_schema_and_selection(run: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     assert results["languages"] == ["en", "fr", "de", "ar", "zh", "sw"]
     assert results["selection"]["languages"] == ["en"] and results["model"]["engine"] == "ours"
+    assert results["model"]["head"] == "fresh"  # a masked LM's folder: each seed draws its own head
     assert results["data"]["note"] == "hand-made format fixtures, not XNLI"
     assert [s["seed"] for s in results["seeds"]] == [1, 3]
     for seed in results["seeds"]:
@@ -285,12 +286,32 @@ def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
         assert xeval("xnli", "--model", str(hf_dir), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,de",
                      "--seeds", "3", "--engine", engine, *ARGS) == 0
         results = json.loads((out / "results.json").read_text())
-        assert results["model"]["engine"] == engine
+        assert results["model"]["engine"] == engine and results["model"]["head"] == "fresh"
         accuracy[engine] = results["seeds"][0]["test"]
     assert set(accuracy["ours"]) == set(accuracy["hf"]) == {"en", "de"}
     for lang in ("en", "de"):  # each engine tested every pair of the fixtures, each pair once
         ours, hf = accuracy["ours"][lang], accuracy["hf"][lang]
         assert ours["n"] == hf["n"] > 0 and sum(map(sum, ours["confusion"])) == sum(map(sum, hf["confusion"])) == ours["n"]
+
+
+def test_a_trained_classifier_keeps_its_head_and_is_not_comparable(run: Path, tmp_path: Path) -> None:
+    """A *ForSequenceClassification folder (here a seed's saved model) is fine-tuned from its trained head
+    by both engines: results.json says so, and the run is not set beside the published rows."""
+    from xeval.report import load_results, why_not_comparable
+
+    classifier = run / "models" / "seed-1"
+    for engine in ("ours", "hf"):
+        out = tmp_path / engine
+        assert xeval("xnli", "--model", str(classifier), "--data", str(FIXTURES), "--out", str(out), "--languages", "en",
+                     "--seeds", "1", "--engine", engine, *ARGS, "--epochs", "1") == 0
+        results = load_results(str(out))
+        assert results["model"]["head"] == "kept", engine
+        assert "fine-tuned from the model folder's trained classifier head, not a fresh one" in why_not_comparable(results)
+        assert "its classifier head kept" in (out / "report.md").read_text()
+    full = fifteen_language_run(load_results(str(run)))
+    assert not why_not_comparable(full)
+    full["model"]["head"] = "kept"
+    assert why_not_comparable(full) == "fine-tuned from the model folder's trained classifier head, not a fresh one"
 
 
 def _error(capsys, *argv: str) -> str:

@@ -11,6 +11,9 @@ Engines:
 
 A model is resolved and read once (:func:`load_pretrained`) and every seed's classifier is built from
 those weights: a training run's ``latest`` moved by a pretraining that still writes changes no seed.
+Each seed draws a fresh NLI head, except from a ``*ForSequenceClassification`` folder, whose trained
+head is kept (its labels checked): ``info["head"]`` says which, and the report does not set such a run
+beside the published rows.
 
 The tokenizer is always HF's, from the model (or the checkpoint's tokenizer) directory, so sentence
 pairs are encoded exactly as HF encodes them (XLM-R ``<s> A </s></s> B </s>``, DeBERTa
@@ -52,7 +55,8 @@ class Pretrained:
     """A model resolved and read once (:func:`load_pretrained`), its HF tokenizer and its provenance."""
 
     build: Callable[[], Classifier]
-    """A new classifier of these weights for one seed, its fresh head drawn from torch's current RNG."""
+    """A new classifier of these weights for one seed, its head fresh (drawn from torch's current RNG) or
+    the folder's own (a sequence classifier's)."""
     tokenizer: Any
 
 
@@ -188,8 +192,9 @@ def _load_hf_engine(path: str, num_labels: int, digest: str) -> Classifier:
     config = _hf_config(Path(path))
     id2label = {i: name for i, name in enumerate(LABELS)}
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        model, loading = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+            output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({str(exc).splitlines()[0]})") from None
 
@@ -197,8 +202,10 @@ def _load_hf_engine(path: str, num_labels: int, digest: str) -> Classifier:
         module.save_pretrained(out)
         load_tokenizer(path).save_pretrained(out)
 
+    head = [key for key in model.state_dict() if not key.startswith(f"{model.base_model_prefix}.")]
+    kept = any(key not in loading["missing_keys"] for key in head)  # HF draws only what the folder lacks
     info = {"engine": "hf", "class": type(model).__name__, "model_type": config.get("model_type"),
-            "weights_sha256": digest}
+            "weights_sha256": digest, "head": "kept" if kept else "fresh"}
     return Classifier(model, save, info, model.config.vocab_size, hf_max_length(model.config))
 
 
@@ -231,7 +238,8 @@ def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Callable[[], Clas
         model = (copy.deepcopy(loaded) if isinstance(loaded, OurClassifier)
                  else classifier_from_pretrained(cfg, state, num_labels))
         info = {"engine": "ours", "class": type(model).__name__, "arch": cfg.arch,
-                "model_config": dataclasses.asdict(cfg), **provenance}
+                "model_config": dataclasses.asdict(cfg), **provenance,
+                "head": "kept" if isinstance(loaded, OurClassifier) else "fresh"}
         return Classifier(model, save, info, cfg.vocab_size, cfg.max_sequence_length)
 
     return build, tokenizer_dir, cfg.vocab_size
@@ -239,7 +247,8 @@ def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Callable[[], Clas
 
 def load_pretrained(path: str, engine: str, num_labels: int = len(LABELS)) -> Pretrained:
     """``--model path`` resolved, checked and (engine ours) read once, with its HF tokenizer; each
-    ``build()`` is a classifier with a fresh NLI head drawn from torch's current RNG."""
+    ``build()`` is a classifier with a fresh NLI head drawn from torch's current RNG, or the head of a
+    ``*ForSequenceClassification`` folder (labels checked here)."""
     engine = choose_engine(engine, path)
     kind = model_kind(path)
     tokenizer = None

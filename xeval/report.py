@@ -112,6 +112,8 @@ def why_not_comparable(run: dict[str, Any]) -> str:
         reasons.append(f"{len(run['languages'])} languages, missing {', '.join(missing)}")
     if run["selection"]["languages"] != ["en"]:
         reasons.append(f"checkpoints selected on {', '.join(run['selection']['languages'])} dev, not English dev alone")
+    if run["model"].get("head") == "kept":
+        reasons.append("fine-tuned from the model folder's trained classifier head, not a fresh one")
     if run["config"].get("max_train_examples"):
         reasons.append(f"trained on the first {run['config']['max_train_examples']} examples per language only")
     sizes = {lang: scores["n"] for seed in run["seeds"] for lang, scores in seed["test"].items()}
@@ -200,8 +202,8 @@ def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Sect
         other_langs = [lang for lang in langs if any(lang in r["languages"] for _, r in others)]
         rows = [[*_our_row(n, r, other_langs), why_not_comparable(r)] for n, r in others]
         sections.append(Section("Runs not comparable with the published results", paragraphs=[
-            "These runs differ from the published rows in data set, setting, languages, checkpoint selection or "
-            "training data: their averages are over "
+            "These runs differ from the published rows in data set, setting, languages, checkpoint selection, "
+            "training data or starting head: their averages are over "
             "their own languages and are never shown beside, or averaged with, the published ones."],
             tables=[Table(["model", *other_langs, "avg (own languages)", "why not comparable"], rows)]))
     sections.append(Section("Published rows", tables=[Table(
@@ -248,13 +250,16 @@ def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> li
 
 
 def _model_of(model: dict[str, Any]) -> str:
-    """The model folder, its engine, the checkpoint a training run's folder was resolved to and the weights' digest."""
+    """The model folder, its engine, the checkpoint a training run's folder was resolved to, the weights'
+    digest, and a classifier head kept from the folder."""
     checkpoint, digest = model.get("checkpoint"), model.get("weights_sha256")
     parts = [str(model.get("engine"))]
     if checkpoint:
         parts.append(f"checkpoint {checkpoint['tag']} (step {checkpoint['step']})")
     if digest:
         parts.append(f"weights sha256 {digest[:12]}")
+    if model.get("head") == "kept":
+        parts.append("its classifier head kept")
     return f"{model.get('path')} ({'; '.join(parts)})"
 
 
