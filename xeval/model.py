@@ -52,7 +52,7 @@ class Classifier:
 
 @dataclasses.dataclass
 class Pretrained:
-    """A model resolved and read once (:func:`load_pretrained`), its HF tokenizer and its provenance."""
+    """A model resolved and read once (:func:`load_pretrained`) and its HF tokenizer."""
 
     build: Callable[[], Classifier]
     """A new classifier of these weights for one seed, its head fresh (drawn from torch's current RNG) or
