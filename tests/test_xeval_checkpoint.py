@@ -51,6 +51,7 @@ def test_checkpoint_and_its_export_give_the_same_results(tmp_path: Path, sample_
                      *ARGS) == 0  # not tmp_path / "hf", the model's own folder
     ckpt, hf = (json.loads((tmp_path / f"out-{n}" / "results.json").read_text()) for n in ("ckpt", "hf"))
     assert ckpt["model"]["kind"] == "checkpoint" and hf["model"]["kind"] == "hf"
+    assert ckpt["model"]["checkpoint"]["tag"] == "step-4" and len(ckpt["model"]["weights_sha256"]) == 64
     assert ckpt["seeds"] == hf["seeds"]
 
 
@@ -80,3 +81,53 @@ def test_mdeberta_export_predicts_as_hf(tmp_path: Path, sample_tokenizer: Path) 
                 logits = model(**tokenizer(premise, hypothesis, truncation=True, max_length=64, return_tensors="pt")).logits
             matrix[gold][int(logits.argmax(-1))] += 1
         assert matrix == results["seeds"][0]["test"][lang]["confusion"], lang
+
+
+def test_every_seed_uses_the_checkpoint_resolved_first(tmp_path: Path, sample_tokenizer: Path,  # noqa: F811
+                                                       monkeypatch) -> None:
+    """A run folder is resolved to one checkpoint before the first seed: a pretraining that moves
+    `latest` meanwhile changes no seed's weights, and results.json names the checkpoint and its digest."""
+    import pretrain.checkpoint
+    from pretrain.models import build_pretraining_model, load_model_config
+    from pretrain.tokenizer import Tokenizer
+    from xeval import finetune as finetuning
+
+    cfg = load_model_config("xlmr-tiny", {"vocab_size": Tokenizer.load(sample_tokenizer).vocab_size})
+    checkpoints, models = tmp_path / "run" / "checkpoints", {}
+    for step in (1, 2):
+        torch.manual_seed(step)
+        models[f"step-{step}"] = build_pretraining_model(cfg)
+        tag_dir = checkpoints / f"step-{step}"
+        tag_dir.mkdir(parents=True)
+        for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt", "trainer_state_rank0.pt"):
+            (tag_dir / name).write_bytes(b"")
+        (tag_dir / "meta.json").write_text(json.dumps({"step": step, "world_size": 1, "model_config": {},
+                                                       "tokenizer_dir": str(sample_tokenizer), "tokenizer_fingerprint": ""}))
+    (checkpoints / "latest").write_text("step-1")
+    read = []
+
+    def load_for_inference(path: str, tag: str | None = None, flag: str = "--checkpoint", tokenizer: str | None = None):
+        directory, tag = pretrain.checkpoint.resolve_path(path, tag, flag)  # as the real one resolves it
+        read.append(tag)
+        return cfg, models[tag], str(sample_tokenizer)
+
+    finetune = finetuning.finetune
+
+    def pretraining_saves_meanwhile(*args, **kwargs):
+        (checkpoints / "latest").write_text("step-2")
+        return finetune(*args, **kwargs)
+
+    monkeypatch.setattr(pretrain.checkpoint, "load_for_inference", load_for_inference)
+    monkeypatch.setattr(finetuning, "finetune", pretraining_saves_meanwhile)
+    out = tmp_path / "out"
+    assert xeval("xnli", "--model", str(tmp_path / "run"), "--data", str(FIXTURES), "--out", str(out), *ARGS,
+                 "--languages", "en", "--seeds", "1,2", "--epochs", "1") == 0
+    assert read == ["step-1"]  # read once, before the first seed moved `latest`
+    from xeval.model import state_digest
+    results = json.loads((out / "results.json").read_text())
+    assert [s["seed"] for s in results["seeds"]] == [1, 2]
+    digest = state_digest(models["step-1"].state_dict())
+    assert digest != state_digest(models["step-2"].state_dict())
+    assert results["model"]["checkpoint"] == {"dir": str((checkpoints / "step-1").resolve()), "tag": "step-1", "step": 1}
+    assert results["model"]["weights_sha256"] == digest and results["model"]["path"] == str((tmp_path / "run").resolve())
+    assert f"(ours; checkpoint step-1 (step 1); weights sha256 {digest[:12]})" in (out / "report.md").read_text()

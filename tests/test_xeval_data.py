@@ -94,6 +94,34 @@ def test_malformed_jsonl_and_mt_lines(tmp_path: Path) -> None:
         read_mt_tsv(header, "en")
 
 
+def test_tsv_line_not_utf8_names_its_line(tmp_path: Path) -> None:
+    """A TSV line in another encoding is a malformed line like any other: its file and line (the byte
+    offset was inside the reader's decode chunk), or skipped and counted with --skip-malformed."""
+    lines = MT_EN.read_bytes().splitlines(keepends=True)
+    lines[9] = "Le café ferme à six heures.\tThe café is open.\tneutral\n".encode("latin-1")
+    latin = tmp_path / "multinli.train.en.tsv"
+    latin.write_bytes(b"".join(lines))
+    with pytest.raises(UserError, match=rf"^{latin}:10: not UTF-8 text \(invalid continuation byte at byte 6 of the line\)$"):
+        read_mt_tsv(latin, "en")
+    sets, log = read_mt_tsv(latin, "en", skip_malformed=True)
+    assert log.malformed == 1 and log.malformed_at == [f"{latin}:10: not UTF-8 text (invalid continuation byte at byte 6 "
+                                                       "of the line)"]
+    assert len(sets["en"]) == 23 and sets["en"].premises[8] == read_mt_tsv(MT_EN, "en")[0]["en"].premises[9]
+    dev = tmp_path / "xnli.dev.tsv"  # and the XNLI-1.0 reader: the line after it keeps its own number
+    lines = XNLI_DEV.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"museum", b"mus\xe9um")
+    lines[7] = lines[7].rsplit(b"\t", 1)[0] + b"\n"
+    dev.write_bytes(b"".join(lines))
+    with pytest.raises(UserError, match=rf"^{dev}:4: not UTF-8 text"):
+        read_xnli_tsv(dev, XNLI_LANGUAGES)
+    sets, log = read_xnli_tsv(dev, XNLI_LANGUAGES, skip_malformed=True)
+    assert log.malformed == 2 and [where.split(": ")[0] for where in log.malformed_at] == [f"{dev}:4", f"{dev}:8"]
+    assert sum(map(len, sets.values())) == 43
+    dev.write_bytes(XNLI_DEV.read_bytes().replace(b"language", b"langu\xe1ge", 1))  # no header to skip to
+    with pytest.raises(UserError, match=rf"^{dev}:1: not UTF-8 text"):
+        read_xnli_tsv(dev, XNLI_LANGUAGES, skip_malformed=True)
+
+
 def _hf_table(split_pairs: list[tuple[str, str, int]]) -> pa.Table:
     """HF xnli's features: premise, hypothesis (string), label (ClassLabel -> int64), with datasets' schema metadata."""
     features = {"premise": {"dtype": "string", "_type": "Value"}, "hypothesis": {"dtype": "string", "_type": "Value"},

@@ -39,9 +39,9 @@ def xeval(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def run(exported: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run")
+    out = tmp_path_factory.mktemp("run")  # seeds whose models (which learn little) predict different labels
     assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
-                 "--seeds", "1,2", "--save-models", *ARGS) == 0
+                 "--seeds", "1,3", "--save-models", *ARGS) == 0
     return out
 
 
@@ -49,8 +49,9 @@ def test_results_schema_and_selection(run: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     assert results["languages"] == ["en", "fr", "de", "ar", "zh", "sw"]
     assert results["selection"]["languages"] == ["en"] and results["model"]["engine"] == "ours"
+    assert results["model"]["head"] == "fresh"  # a masked LM's folder: each seed draws its own head
     assert results["data"]["note"] == "hand-made format fixtures, not XNLI"
-    assert [s["seed"] for s in results["seeds"]] == [1, 2]
+    assert [s["seed"] for s in results["seeds"]] == [1, 3]
     for seed in results["seeds"]:
         assert len(seed["history"]) == 3  # one dev evaluation per epoch
         best = max(seed["history"], key=lambda p: p["score"])
@@ -102,10 +103,10 @@ def test_same_predictions_as_plain_hf_loop(run: Path) -> None:
 
 
 def test_seed_is_deterministic(exported: Path, run: Path, tmp_path: Path) -> None:
-    """Seed 2 alone reproduces, to the bit, seed 2 of the two-seed run (history, selection, dev, test)."""
+    """Seed 3 alone reproduces, to the bit, seed 3 of the two-seed run (history, selection, dev, test)."""
     out = tmp_path / "again"
     assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", LANGS,
-                 "--seeds", "2", *ARGS) == 0
+                 "--seeds", "3", *ARGS) == 0
     alone = json.loads((out / "results.json").read_text())["seeds"][0]
     assert alone == json.loads((run / "results.json").read_text())["seeds"][1]
 
@@ -135,6 +136,9 @@ def test_reports(run: Path, tmp_path: Path) -> None:
     assert "> **" in md and ": hand-made format fixtures, not XNLI**" in md
     assert "| XLM-R base (published), test | 85.8 |" in md and "| mDeBERTa-v3 base (published), test | 88.2 |" in md
     assert "He et al. 2021 (DeBERTaV3), Table 6" in md and "calls them dev results" in md
+    # our checkpoint selection is ours: the published rows' is as their sources state it, unstated for XLM-R
+    assert "model selected on English dev" not in md and "Our rows: checkpoint selected on English dev" in md
+    assert md.count("| not stated in the paper (Schmidt et al. 2023") == 2 and "| not stated in the model card" in md
     parser = _Parser()
     parser.feed((run / "report.html").read_text())
     assert "table" in parser.tags and len(parser.images) == 2
@@ -215,11 +219,14 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     small = fifteen_language_run(fixture, n=12)
     skipped = json.loads(json.dumps(full))
     skipped["data"]["files"]["test"][0]["malformed"] = 3
+    train_skipped = json.loads(json.dumps(full))  # --skip-malformed left training pairs out: not all of them
+    train_skipped["data"]["files"]["train"][0]["malformed"] = 2
+    train_skipped["summary"] = summarize(train_skipped)
     one_seed = json.loads(json.dumps(full))
     one_seed["seeds"] = one_seed["seeds"][:1]
     one_seed["summary"] = summarize(one_seed)
-    render([chosen_on_fr, cut, small, skipped, one_seed], tmp_path / "other",
-           names=["fr-dev", "cut", "small", "skipped", "one-seed"])
+    render([chosen_on_fr, cut, small, skipped, train_skipped, one_seed], tmp_path / "other",
+           names=["fr-dev", "cut", "small", "skipped", "train-skipped", "one-seed"])
     main_table, rest = (tmp_path / "other" / "report.md").read_text().split("## Runs not comparable with the published results")
     assert [line.split(" (ours")[0] for line in main_table.splitlines() if "(ours" in line] == ["| one-seed"]
     assert "| one-seed (ours, 1 seeds, test) | 66.7 ± – |" in main_table
@@ -227,6 +234,18 @@ def test_incomparable_rows_are_never_averaged_with_published_ones(run: Path, tmp
     assert "trained on the first 100 examples per language only" in rest
     assert "test sets not of XNLI's 5,010 pairs a language (en 12, fr 12," in rest
     assert "3 malformed dev/test lines left out" in rest
+    assert "| train-skipped (ours" in rest and "2 malformed training lines left out" in rest
+
+
+def test_results_name_the_training_pairs_used(exported: Path, tmp_path: Path) -> None:
+    """data.files keeps what each file held; data.train_examples the pairs trained on, after the cut."""
+    out = tmp_path / "cut"
+    assert xeval("xnli", "--model", str(exported), "--data", str(FIXTURES), "--out", str(out), "--languages", "en",
+                 "--seeds", "1", "--max-train-examples", "10", *ARGS, "--epochs", "1") == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [f["examples"] for f in results["data"]["files"]["train"]] == [{"en": 24}]
+    assert results["data"]["train_examples"] == {"en": 10} and results["seeds"][0]["steps"] == 2  # ceil(10 / 8)
+    assert "| train en (10 pairs); test |" in (out / "report.md").read_text()
 
 
 def test_a_run_at_chance_says_so(run: Path, tmp_path: Path) -> None:
@@ -267,12 +286,32 @@ def test_hf_model_dir_with_both_engines(exported: Path, tmp_path: Path) -> None:
         assert xeval("xnli", "--model", str(hf_dir), "--data", str(FIXTURES), "--out", str(out), "--languages", "en,de",
                      "--seeds", "3", "--engine", engine, *ARGS) == 0
         results = json.loads((out / "results.json").read_text())
-        assert results["model"]["engine"] == engine
+        assert results["model"]["engine"] == engine and results["model"]["head"] == "fresh"
         accuracy[engine] = results["seeds"][0]["test"]
     assert set(accuracy["ours"]) == set(accuracy["hf"]) == {"en", "de"}
     for lang in ("en", "de"):  # each engine tested every pair of the fixtures, each pair once
         ours, hf = accuracy["ours"][lang], accuracy["hf"][lang]
         assert ours["n"] == hf["n"] > 0 and sum(map(sum, ours["confusion"])) == sum(map(sum, hf["confusion"])) == ours["n"]
+
+
+def test_a_trained_classifier_keeps_its_head_and_is_not_comparable(run: Path, tmp_path: Path) -> None:
+    """A *ForSequenceClassification folder (here a seed's saved model) is fine-tuned from its trained head
+    by both engines: results.json says so, and the run is not set beside the published rows."""
+    from xeval.report import load_results, why_not_comparable
+
+    classifier = run / "models" / "seed-1"
+    for engine in ("ours", "hf"):
+        out = tmp_path / engine
+        assert xeval("xnli", "--model", str(classifier), "--data", str(FIXTURES), "--out", str(out), "--languages", "en",
+                     "--seeds", "1", "--engine", engine, *ARGS, "--epochs", "1") == 0
+        results = load_results(str(out))
+        assert results["model"]["head"] == "kept", engine
+        assert "fine-tuned from the model folder's trained classifier head, not a fresh one" in why_not_comparable(results)
+        assert "its classifier head kept" in (out / "report.md").read_text()
+    full = fifteen_language_run(load_results(str(run)))
+    assert not why_not_comparable(full)
+    full["model"]["head"] = "kept"
+    assert why_not_comparable(full) == "fine-tuned from the model folder's trained classifier head, not a fresh one"
 
 
 def _error(capsys, *argv: str) -> str:

@@ -58,12 +58,13 @@ def main() -> None:
     from xeval.data import XNLI_LANGUAGES, load_split
     from xeval.config import TrainConfig
     from xeval.finetune import Dist, Encoded, confusion, encode, finetune
-    from xeval.model import load_classifier
+    from xeval.model import load_pretrained
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp), args.hidden, args.layers)
         test, _ = load_split(ROOT / "tests/data/xnli", "test", XNLI_LANGUAGES)
-        classifier, tokenizer = load_classifier(str(model_dir), "ours")
+        pretrained = load_pretrained(str(model_dir), "ours")
+        classifier, tokenizer = pretrained.build(), pretrained.tokenizer
         classifier.module.to(args.device).eval()
         cfg = TrainConfig(max_length=128, device=args.device, batch_size=32, epochs=1, warmup=0.0)
         encoded = [encode(tokenizer, nli, 128) for nli in test.values()]
@@ -86,7 +87,7 @@ def main() -> None:
         rates: dict[str, float] = {}
         for engine in ("ours", "hf") * 2:  # each twice, interleaved: the best run counts (the first pays warm-up)
             torch.manual_seed(0)
-            classifier, _ = load_classifier(str(model_dir), engine)
+            classifier = load_pretrained(str(model_dir), engine).build()
             start = time.perf_counter()
             fit = finetune(classifier, train, {"en": Encoded(ids[:6], labels[:6])}, ["en"], tokenizer.pad_token_id,
                            cfg, 0, Dist(), log=lambda *_: None)

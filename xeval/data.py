@@ -105,13 +105,25 @@ def file_sha256(path: Path) -> str:
 
 
 def _tsv_rows(path: Path, columns: tuple[str, ...], log: ReadLog, skip: bool) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, row) of a headed TSV read with QUOTE_NONE; a short or long line is malformed."""
+    """(line number, row) of a headed TSV read with QUOTE_NONE, decoded line by line; a line that is
+    not UTF-8 or has too few or too many fields is malformed (the header line is always an error)."""
     try:
-        handle = path.open(encoding="utf-8", newline="")
+        handle = path.open("rb")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
+    lineno = 0
+
+    def decoded() -> Iterator[str]:
+        nonlocal lineno
+        for lineno, raw in enumerate(handle, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                log.bad(f"{path}:{lineno}", f"not UTF-8 text ({exc.reason} at byte {exc.start} of the line)",
+                        skip and lineno > 1)
+
     with handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        reader = csv.reader(decoded(), delimiter="\t", quoting=csv.QUOTE_NONE)  # one line a row: no quoting
         try:
             header = next(reader, None)
             if header is None:
@@ -121,17 +133,14 @@ def _tsv_rows(path: Path, columns: tuple[str, ...], log: ReadLog, skip: bool) ->
                 raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} "
                                 f"(expected: {' '.join(columns)})")
             for row in reader:
-                lineno = reader.line_num
                 if not row or row == [""]:
                     continue
                 if len(row) != len(header):
                     log.bad(f"{path}:{lineno}", f"expected {len(header)} tab-separated fields, got {len(row)}", skip)
                     continue
                 yield lineno, dict(zip(header, row))
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         except csv.Error as exc:  # a field past csv's limit (131,072 characters), a NUL byte
-            raise UserError(f"{path}:{reader.line_num}: {exc}") from None
+            raise UserError(f"{path}:{lineno}: {exc}") from None
 
 
 def read_xnli_tsv(path: Path, languages: tuple[str, ...], skip_malformed: bool = False) -> tuple[dict[str, NLISet], ReadLog]:

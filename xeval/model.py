@@ -9,12 +9,19 @@ Engines:
 - ``hf``: ``transformers.AutoModelForSequenceClassification`` on an HF directory (any architecture).
 - ``auto``: ``ours`` when the project's model code supports the input, else ``hf`` for an HF directory.
 
+A model is resolved and read once (:func:`load_pretrained`) and every seed's classifier is built from
+those weights: a training run's ``latest`` moved by a pretraining that still writes changes no seed.
+Each seed draws a fresh NLI head, except from a ``*ForSequenceClassification`` folder, whose trained
+head is kept (its labels checked): ``info["head"]`` says which, and the report does not set such a run
+beside the published rows.
+
 The tokenizer is always HF's, from the model (or the checkpoint's tokenizer) directory, so sentence
 pairs are encoded exactly as HF encodes them (XLM-R ``<s> A </s></s> B </s>``, DeBERTa
 ``[CLS] A [SEP] B [SEP]``).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 from pathlib import Path
@@ -41,6 +48,16 @@ class Classifier:
     """Rows of its token embedding: a tokenizer giving larger ids is not its own."""
     max_length: int | None
     """Longest input it takes (absolute positions); None where it has relative positions only."""
+
+
+@dataclasses.dataclass
+class Pretrained:
+    """A model resolved and read once (:func:`load_pretrained`) and its HF tokenizer."""
+
+    build: Callable[[], Classifier]
+    """A new classifier of these weights for one seed, its head fresh (drawn from torch's current RNG) or
+    the folder's own (a sequence classifier's)."""
+    tokenizer: Any
 
 
 def hf_max_length(config: Any) -> int | None:
@@ -146,6 +163,17 @@ def weights_digest(path: Path) -> str:
     return digest.hexdigest() if files else ""
 
 
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a state dict's names, dtypes, shapes and bytes in name order: the weights a training
+    checkpoint's files merge to, whatever their ZeRO partitioning."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def check_label_set(where: str, names: list[str]) -> None:
     """An existing classification head must have our 3 labels in our order (generic LABEL_i names pass)."""
     if len(names) != len(LABELS):
@@ -157,15 +185,16 @@ def check_label_set(where: str, names: list[str]) -> None:
         raise UserError(f"{where}: classifier labels {names} are not {list(LABELS)} in this order (label set mismatch)")
 
 
-def _load_hf_engine(path: str, num_labels: int) -> Classifier:
+def _load_hf_engine(path: str, num_labels: int, digest: str) -> Classifier:
     from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification
 
     config = _hf_config(Path(path))
     id2label = {i: name for i, name in enumerate(LABELS)}
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        model, loading = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+            output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({str(exc).splitlines()[0]})") from None
 
@@ -173,37 +202,53 @@ def _load_hf_engine(path: str, num_labels: int) -> Classifier:
         module.save_pretrained(out)
         load_tokenizer(path).save_pretrained(out)
 
-    info = {"engine": "hf", "class": type(model).__name__, "model_type": config.get("model_type")}
+    head = [key for key in model.state_dict() if not key.startswith(f"{model.base_model_prefix}.")]
+    kept = any(key not in loading["missing_keys"] for key in head)  # HF draws only what the folder lacks
+    info = {"engine": "hf", "class": type(model).__name__, "model_type": config.get("model_type"),
+            "weights_sha256": digest, "head": "kept" if kept else "fresh"}
     return Classifier(model, save, info, model.config.vocab_size, hf_max_length(model.config))
 
 
-def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Classifier, str]:
+def _load_ours(path: str, kind: str, num_labels: int) -> tuple[Callable[[], Classifier], str, int]:
+    """(classifier builder, tokenizer dir, vocabulary size) of ``path``, its weights read once; a training
+    run or checkpoints dir is resolved to the checkpoint ``latest`` names now."""
     from pretrain.models import Classifier as OurClassifier
     from pretrain.models import classifier_from_pretrained
     from pretrain.models.hf import load_hf, save_hf
 
+    loaded: torch.nn.Module | None = None
     if kind == "checkpoint":
-        from pretrain.checkpoint import load_for_inference
-        cfg, pretraining, tokenizer_dir = load_for_inference(path, flag="--model")
-        model = classifier_from_pretrained(cfg, pretraining.state_dict(), num_labels)
+        from pretrain.checkpoint import load_for_inference, read_meta, resolve_path
+        directory, tag = resolve_path(path, flag="--model")
+        cfg, pretraining, tokenizer_dir = load_for_inference(str(directory), tag=tag, flag="--model")
+        state = pretraining.state_dict()
+        provenance = {"checkpoint": {"dir": str((directory / tag).resolve()), "tag": tag,
+                                     "step": read_meta(directory / tag)["step"]},
+                      "weights_sha256": state_digest(state)}
     else:
         cfg, loaded = load_hf(path)
         tokenizer_dir = path
-        if isinstance(loaded, OurClassifier):
-            model = loaded
-        else:
-            model = classifier_from_pretrained(cfg, loaded.state_dict(), num_labels)
+        state = loaded.state_dict()
+        provenance = {"weights_sha256": weights_digest(Path(path))}
 
     def save(module: torch.nn.Module, out: Path) -> None:
         save_hf(module, cfg, out, tokenizer_dir=tokenizer_dir, labels=list(LABELS))
 
-    info = {"engine": "ours", "class": type(model).__name__, "arch": cfg.arch,
-            "model_config": dataclasses.asdict(cfg)}
-    return Classifier(model, save, info, cfg.vocab_size, cfg.max_sequence_length), tokenizer_dir
+    def build() -> Classifier:
+        model = (copy.deepcopy(loaded) if isinstance(loaded, OurClassifier)
+                 else classifier_from_pretrained(cfg, state, num_labels))
+        info = {"engine": "ours", "class": type(model).__name__, "arch": cfg.arch,
+                "model_config": dataclasses.asdict(cfg), **provenance,
+                "head": "kept" if isinstance(loaded, OurClassifier) else "fresh"}
+        return Classifier(model, save, info, cfg.vocab_size, cfg.max_sequence_length)
+
+    return build, tokenizer_dir, cfg.vocab_size
 
 
-def load_classifier(path: str, engine: str, num_labels: int = len(LABELS)) -> tuple[Classifier, Any]:
-    """(classifier with a fresh NLI head drawn from torch's current RNG, HF tokenizer) for ``--model path``."""
+def load_pretrained(path: str, engine: str, num_labels: int = len(LABELS)) -> Pretrained:
+    """``--model path`` resolved, checked and (engine ours) read once, with its HF tokenizer; each
+    ``build()`` is a classifier with a fresh NLI head drawn from torch's current RNG, or the head of a
+    ``*ForSequenceClassification`` folder (labels checked here)."""
     engine = choose_engine(engine, path)
     kind = model_kind(path)
     tokenizer = None
@@ -217,14 +262,19 @@ def load_classifier(path: str, engine: str, num_labels: int = len(LABELS)) -> tu
         tokenizer = load_tokenizer(path)
         check_tokenizer(tokenizer, path, path, config.get("vocab_size"))
     if engine == "ours":
-        classifier, tokenizer_dir = _load_ours(path, kind, num_labels)
-    else:
-        classifier, tokenizer_dir = _load_hf_engine(path, num_labels), path
-    if tokenizer is None:
-        tokenizer = load_tokenizer(tokenizer_dir)
-        check_tokenizer(tokenizer, str(tokenizer_dir), path, classifier.vocab_size)
-    classifier.info.update({"path": str(Path(path).resolve()), "kind": kind, "tokenizer_dir": str(tokenizer_dir),
-                            "tokenizer_class": type(tokenizer).__name__,
-                            "weights_sha256": weights_digest(Path(path)) if kind == "hf" else "",
-                            "parameters": sum(p.numel() for p in classifier.module.parameters())})
-    return classifier, tokenizer
+        build, tokenizer_dir, vocab_size = _load_ours(path, kind, num_labels)
+        if tokenizer is None:  # a training checkpoint's tokenizer dir
+            tokenizer = load_tokenizer(tokenizer_dir)
+            check_tokenizer(tokenizer, str(tokenizer_dir), path, vocab_size)
+    else:  # an HF directory, read again for each seed (HF draws the missing head as it loads)
+        digest = weights_digest(Path(path))
+        build, tokenizer_dir = (lambda: _load_hf_engine(path, num_labels, digest)), path
+    provenance = {"path": str(Path(path).resolve()), "kind": kind, "tokenizer_dir": str(tokenizer_dir),
+                  "tokenizer_class": type(tokenizer).__name__}
+
+    def built() -> Classifier:
+        classifier = build()
+        classifier.info.update({**provenance, "parameters": sum(p.numel() for p in classifier.module.parameters())})
+        return classifier
+
+    return Pretrained(built, tokenizer)

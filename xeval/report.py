@@ -112,6 +112,8 @@ def why_not_comparable(run: dict[str, Any]) -> str:
         reasons.append(f"{len(run['languages'])} languages, missing {', '.join(missing)}")
     if run["selection"]["languages"] != ["en"]:
         reasons.append(f"checkpoints selected on {', '.join(run['selection']['languages'])} dev, not English dev alone")
+    if run["model"].get("head") == "kept":
+        reasons.append("fine-tuned from the model folder's trained classifier head, not a fresh one")
     if run["config"].get("max_train_examples"):
         reasons.append(f"trained on the first {run['config']['max_train_examples']} examples per language only")
     sizes = {lang: scores["n"] for seed in run["seeds"] for lang, scores in seed["test"].items()}
@@ -121,6 +123,9 @@ def why_not_comparable(run: dict[str, Any]) -> str:
     malformed = sum(log["malformed"] for split in ("dev", "test") for log in run["data"]["files"][split])
     if malformed:
         reasons.append(f"{malformed} malformed dev/test lines left out")
+    malformed = sum(log["malformed"] for log in run["data"]["files"]["train"])
+    if malformed:
+        reasons.append(f"{malformed} malformed training lines left out")
     return "; ".join(reasons)
 
 
@@ -187,23 +192,24 @@ def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Sect
     gap_rows = [_gap_row(n, {lang: 100 * r["summary"]["test"][lang]["mean"] for lang in langs}, langs) for n, r in comparable]
     gap_rows += [_gap_row(row["name"], row["accuracy"], langs) for row in published]
     sections = [Section("Test accuracy (%): our runs beside the published results", paragraphs=[
-        "XNLI test set, zero-shot cross-lingual transfer (fine-tuned on English, model selected on English dev), "
-        "averages over the same 15 languages. Our cells: mean ± sample standard deviation (n − 1) over seeds, "
-        "– for one seed."],
+        "XNLI test set, zero-shot cross-lingual transfer (fine-tuned on English), averages over the same 15 "
+        "languages. Our rows: checkpoint selected on English dev; cells are the mean ± sample standard deviation "
+        "(n − 1) over seeds, – for one seed. Published rows: checkpoint selection as their sources state it "
+        "(column selection of the published rows below; not stated for XLM-R)."],
         tables=[Table(header, rows), Table(["model", *[lang for lang in langs if lang != "en"], "avg gap"], gap_rows,
                                            "Transfer gap: English minus language (points)")])]
     if others:
         other_langs = [lang for lang in langs if any(lang in r["languages"] for _, r in others)]
         rows = [[*_our_row(n, r, other_langs), why_not_comparable(r)] for n, r in others]
         sections.append(Section("Runs not comparable with the published results", paragraphs=[
-            "These runs differ from the published rows in data set, setting, languages, checkpoint selection or "
-            "training data: their averages are over "
+            "These runs differ from the published rows in data set, setting, languages, checkpoint selection, "
+            "training data or starting head: their averages are over "
             "their own languages and are never shown beside, or averaged with, the published ones."],
             tables=[Table(["model", *other_langs, "avg (own languages)", "why not comparable"], rows)]))
     sections.append(Section("Published rows", tables=[Table(
-        ["row", "source", "split", "setting", "average", "note"],
-        [[row["name"], row["source"], row["split"], f"{row['setting']} ({row['setting_detail']})", f"{row['average']:.1f}",
-          row.get("note", "")] for row in published_rows()])]))
+        ["row", "source", "split", "setting", "selection", "average", "note"],
+        [[row["name"], row["source"], row["split"], f"{row['setting']} ({row['setting_detail']})", row["selection"],
+          f"{row['average']:.1f}", row.get("note", "")] for row in published_rows()])]))
     return sections
 
 
@@ -243,6 +249,26 @@ def _plots(runs: list[dict[str, Any]], names: list[str], langs: list[str]) -> li
             ("gap.png", _bar_chart(others, gaps, "English minus language (points)", "Cross-lingual transfer gap"))]
 
 
+def _model_of(model: dict[str, Any]) -> str:
+    """The model folder, its engine, the checkpoint a training run's folder was resolved to, the weights'
+    digest, and a classifier head kept from the folder."""
+    checkpoint, digest = model.get("checkpoint"), model.get("weights_sha256")
+    parts = [str(model.get("engine"))]
+    if checkpoint:
+        parts.append(f"checkpoint {checkpoint['tag']} (step {checkpoint['step']})")
+    if digest:
+        parts.append(f"weights sha256 {digest[:12]}")
+    if model.get("head") == "kept":
+        parts.append("its classifier head kept")
+    return f"{model.get('path')} ({'; '.join(parts)})"
+
+
+def _train_examples(data: dict[str, Any]) -> str:
+    """The training languages, with the pairs trained on (after --max-train-examples) where recorded."""
+    used = data.get("train_examples")  # results.json of before it was recorded: the languages alone
+    return ", ".join(f"{lang} ({used[lang]:,} pairs)" if used else lang for lang in data["train_languages"])
+
+
 def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
     """What each of our rows is: data, split, seeds, selection and checkpoints, languages, predictions."""
     rows, predictions = [], []
@@ -253,11 +279,11 @@ def runs_section(runs: list[dict[str, Any]], names: list[str]) -> Section:
         missing = [lang for lang in XNLI_LANGUAGES if lang not in run["languages"]]
         files = [f for split in data["files"].values() for f in split]
         rows.append([name, f"{data['name']} ({data['root']})" + (f": {data['note']}" if data.get("note") else ""),
-                     f"train {', '.join(data['train_languages'])}; test", setting_of(run),
+                     f"train {_train_examples(data)}; test", setting_of(run),
                      ", ".join(map(str, cfg["seeds"])),
                      f"{sel['split']} {', '.join(sel['languages'])}, highest mean accuracy; {picked}",
                      "all 15" if not missing else f"{len(run['languages'])}, missing {', '.join(missing)}",
-                     f"{run['model'].get('path')} ({run['model'].get('engine')}); lr {cfg['learning_rate']}, "
+                     f"{_model_of(run['model'])}; lr {cfg['learning_rate']}, "
                      f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, max length {cfg['max_length']}; left out while "
                      f"reading: {sum(f['skipped_no_label'] for f in files)} unlabeled, {sum(f['malformed'] for f in files)} malformed"])
         for seed in run["seeds"]:

@@ -180,7 +180,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     import transformers
 
     from .finetune import Encoded, encode, finetune, init_distributed, scores, confusion, seed_everything
-    from .model import load_classifier
+    from .model import load_pretrained
 
     fs.check_folder(out, "--out", OUT_FILES)  # before hours of fine-tuning, not after them
     root = Path(data)
@@ -206,9 +206,11 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
     staged = out_dir / "models.tmp"  # the seeds' models, until this run's results.json is written
     if dist.rank == 0:
         shutil.rmtree(staged, ignore_errors=True)
+    pretrained = load_pretrained(model, cfg.engine)  # once: every seed starts from the same checkpoint
+    tokenizer = pretrained.tokenizer
     for seed in cfg.seeds:
         seed_everything(seed)
-        classifier, tokenizer = load_classifier(model, cfg.engine)
+        classifier = pretrained.build()
         if classifier.max_length is not None and cfg.max_length > classifier.max_length:
             raise UserError(f"max_length {cfg.max_length}: the model {model} takes at most {classifier.max_length} tokens")
         model_info = classifier.info
@@ -246,6 +248,7 @@ def run(model: str, data: str, out: str, cfg: XnliConfig, log: Any = print) -> d
         "model": model_info,
         "data": {"root": str(root.resolve()), "name": cfg.dataset_name, "note": cfg.data_note,
                  "train_languages": train_langs,
+                 "train_examples": {lang: len(train_sets[lang]) for lang in train_langs},  # after the cut
                  "files": {"train": _logs(train_logs), "dev": _logs(dev_logs), "test": _logs(test_logs)}},
         "environment": {"torch": torch.__version__, "transformers": transformers.__version__,
                         "device": device.split(":")[0], "world_size": dist.world},
