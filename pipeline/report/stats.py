@@ -96,7 +96,7 @@ def perplexity_report(bins: Bins, bucket_cutoffs: dict[str, dict[str, float]]) -
 
 
 DISTRIBUTIONS = ("polyglot-corpus", "apache-beam", "pyarrow", "fastwarc", "resiliparse", "warcio", "fasttext-numpy2",
-                 "kenlm", "sentencepiece", "datasketch", "numpy")
+                 "kenlm", "sentencepiece", "datasketch", "numpy", "xxhash", "regex")
 """The distributions every run's stats.json names (where installed), besides those of its steps."""
 
 
