@@ -3,7 +3,7 @@
 ``import apache_beam`` imports, besides Beam, every optional client it finds installed: Google
 Cloud Storage's and S3's file systems (``google.cloud.storage``, ``boto3``), BigQuery's and
 Pub/Sub's IO, Dataflow's API client. Installed here for ``gs://`` and ``s3://`` paths and
-Dataflow, they took 0.25-0.4 s of the 1.0-1.1 s of the import (best of 4 alternated, BENCHMARKS.md),
+Dataflow, they took 0.3-0.4 s of the 1.0-1.4 s of the import (5 alternated rounds, BENCHMARKS.md),
 in the driver and again in the fork server the SDK workers come from, both before the first
 bundle. Beam imports each of them inside a ``try`` and goes on without it where it is missing
 (:data:`LEFT_OUT`, checked against the installed Beam by the tests).
