@@ -65,8 +65,8 @@ def _summary(report: dict[str, Any], output: str, fmt: str) -> str:
 def cmd_run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     cfg = load_config(args.config, {"input": args.input, "output": args.output, "runner": args.runner}, args.set,
                       beam_flags)
-    lean = cfg.runner in prefork.LOCAL_NAMES and lean_import.wanted([cfg.input, cfg.output, cfg.beam_options,
-                                                                       cfg.to_dict()])
+    lean = cfg.runner in prefork.LOCAL_NAMES and lean_import.wanted(
+        [cfg.input, cfg.output, cfg.beam_options, cfg.to_dict()], [cls.__module__ for cls in cfg.step_classes()])
     if lean:  # no URL in the config: Beam's cloud clients are left out of its import
         lean_import.install()
     prefork.start_for_run(cfg.runner, cfg.beam_options, cfg.worker_modules(), lean)  # imports while the driver does

@@ -33,13 +33,17 @@ print(type(FileSystems.get_filesystem("s3://a/b")).__name__, type(FileSystems.ge
     assert done.stderr == ""
 
 
-@pytest.mark.parametrize("main, config, lean", [
-    ("pipeline.__main__", [["in/*.gz"], "out", [], {"lid": {"model": "/m/lid.bin"}}], True),
-    ("pipeline.__main__", [["s3://bucket/in/*.gz"], "out", [], {}], False),
-    ("pipeline.__main__", [["in/*.gz"], "out", [], {"lid": {"model": "gs://b/lid.bin"}}], False),
-    ("pipeline.__main__", [["in/*.gz"], "out", ["--s3_endpoint_url=http://127.0.0.1:9000"], {}], False),
-    ("pytest", [["in/*.gz"], "out", [], {}], False),  # a process that runs more than one run
+OURS = ["pipeline.steps.dedup", "pipeline.steps.lid"]
+
+
+@pytest.mark.parametrize("main, config, steps, lean", [
+    ("pipeline.__main__", [["in/*.gz"], "out", [], {"lid": {"model": "/m/lid.bin"}}], OURS, True),
+    ("pipeline.__main__", [["s3://bucket/in/*.gz"], "out", [], {}], OURS, False),
+    ("pipeline.__main__", [["in/*.gz"], "out", [], {"lid": {"model": "gs://b/lid.bin"}}], OURS, False),
+    ("pipeline.__main__", [["in/*.gz"], "out", ["--s3_endpoint_url=http://127.0.0.1:9000"], {}], OURS, False),
+    ("pipeline.__main__", [["in/*.gz"], "out", [], {}], [*OURS, "my_steps.filters"], False),  # a plugin step
+    ("pytest", [["in/*.gz"], "out", [], {}], OURS, False),  # a process that runs more than one run
 ])
-def test_left_out_only_by_the_cli_for_a_run_naming_no_url(monkeypatch, main, config, lean):
+def test_left_out_only_by_the_cli_for_our_steps_and_no_url(monkeypatch, main, config, steps, lean):
     monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace(__spec__=SimpleNamespace(name=main)))
-    assert lean_import.wanted(config) is lean
+    assert lean_import.wanted(config, steps) is lean

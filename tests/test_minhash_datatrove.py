@@ -167,3 +167,19 @@ def test_a_language_without_a_tokenizer_falls_back_and_is_counted(tmp_path: Path
     kept, removed, counters = run_stage(docs, profile_config(), tmp_path)
     assert counters["tokenizer_fallback/qq"] == 3  # spaCy's multi-language rules
     assert kept == {"<urn:uuid:0>": 3} and set(removed) == {"<urn:uuid:1>", "<urn:uuid:2>"}
+
+
+def test_the_scheme_s_modules_are_checked_before_the_job(monkeypatch):
+    """``scheme: datatrove`` without xxhash or regex installed is one line in the driver (it failed in
+    every worker at its first document); the default scheme needs neither."""
+    import importlib.util
+
+    from pipeline.steps.base import RunInfo
+    from pipeline.steps.near_dedup import NearDedup, NearDupConfig
+    from pipeline.util.errors import UserError
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "regex" else find_spec(name, *a))
+    NearDedup(NearDupConfig(), RunInfo()).prepare()
+    with pytest.raises(UserError, match=r"^near_dedup.scheme datatrove needs regex: pip install 'polyglot-corpus\[quality\]'"):
+        NearDedup(NearDupConfig(scheme="datatrove"), RunInfo()).prepare()

@@ -66,9 +66,11 @@ def test_pipeline_report_rebuilds_it_from_stats_and_sampling_alone(corpus, tmp_p
 
 
 def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeypatch):
-    """``pipeline run``'s report process (``report.background``) draws the report; where it is gone,
-    does not answer within WAIT_S, or cannot draw it, the driver draws it itself: the same bytes, or
-    the same one-line error."""
+    """``pipeline run``'s report process (``report.background``) draws the report; where it has not
+    imported matplotlib yet, is gone, does not answer within WAIT_S (stopped, with a request larger
+    than a pipe holds), or cannot draw it, the driver draws it itself: the same bytes, or the same
+    one-line error."""
+    import select
     import signal
     import time
 
@@ -79,32 +81,34 @@ def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeyp
     drawn = background._drawn
     monkeypatch.setattr(background, "_drawn", lambda process, request: answers.append(
         (files := drawn(process, request)) is not None) or files)
-    monkeypatch.setattr(background, "WAIT_S", 3.0)
+    monkeypatch.setattr(background, "WAIT_S", 2.0)
 
-    def report_of(name: str, spoil=None) -> dict[str, bytes]:
+    def report_of(name: str, ready: bool = True, spoil=None, stats: dict | None = None) -> dict[str, bytes]:
         folder = tmp_path / name
         folder.mkdir()
-        for file in ("stats.json", "sampling.json"):
-            shutil.copy(corpus / file, folder / file)
+        shutil.copy(corpus / "sampling.json", folder / "sampling.json")
+        (folder / "stats.json").write_text(json.dumps(stats or json.loads((corpus / "stats.json").read_text())))
         background.start()
+        if ready:  # matplotlib imported: "ready" written
+            assert select.select([background._started.stdout], [], [], 60)[0]
         if spoil:
             spoil(background._started)
         started = time.monotonic()
         background.build(str(folder))
-        assert time.monotonic() - started < 3.0 + 10  # (a stopped process: WAIT_S, then the driver's own)
+        assert time.monotonic() - started < 2.0 + 10  # (a stopped process: WAIT_S, then the driver's own)
+        assert background._started is None
         return {p.name: p.read_bytes() for p in (folder / "report").iterdir()}
 
     expected = {p.name: p.read_bytes() for p in (corpus / "report").iterdir()}
     assert report_of("drawn") == expected and answers == [True]
-    assert report_of("gone", lambda process: (process.kill(), process.wait())) == expected and answers[-1] is False
-    assert report_of("stopped", lambda process: process.send_signal(signal.SIGSTOP)) == expected and answers[-1] is False
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    shutil.copy(corpus / "sampling.json", bad / "sampling.json")
-    (bad / "stats.json").write_text(json.dumps({**json.loads((corpus / "stats.json").read_text()), "languages": []}))
-    background.start()
+    assert report_of("not-ready", ready=False) == expected and answers[-1] is False
+    assert report_of("gone", spoil=lambda process: (process.kill(), process.wait())) == expected and answers[-1] is False
+    large = {**json.loads((corpus / "stats.json").read_text()), "padding": "x" * 200_000}
+    assert report_of("stopped", spoil=lambda process: process.send_signal(signal.SIGSTOP),
+                     stats=large) == expected and answers[-1] is False
+    bad = {**json.loads((corpus / "stats.json").read_text()), "languages": []}
     with pytest.raises(UserError, match=r"bad/stats.json or sampling.json: not as pipeline run writes them"):
-        background.build(str(bad))
+        report_of("bad", stats=bad)
     assert answers[-1] is False and background._started is None
 
 

@@ -122,6 +122,20 @@ def test_tsv_line_not_utf8_names_its_line(tmp_path: Path) -> None:
         read_xnli_tsv(dev, XNLI_LANGUAGES, skip_malformed=True)
 
 
+def test_tsv_line_csv_refuses_is_a_malformed_line(tmp_path: Path) -> None:
+    """A line csv refuses (a bare carriage return inside it) is one malformed line: its file and line,
+    or skipped and counted with --skip-malformed, the lines after it read."""
+    lines = MT_EN.read_bytes().splitlines(keepends=True)
+    lines[4] = lines[4].replace(b" ", b"\r", 1)
+    bad = tmp_path / "multinli.train.en.tsv"
+    bad.write_bytes(b"".join(lines))
+    with pytest.raises(UserError, match=rf"^{bad}:5: new-line character seen in unquoted field"):
+        read_mt_tsv(bad, "en")
+    sets, log = read_mt_tsv(bad, "en", skip_malformed=True)
+    assert log.malformed == 1 and [where.split(": ")[0] for where in log.malformed_at] == [f"{bad}:5"]
+    assert len(sets["en"]) == len(read_mt_tsv(MT_EN, "en")[0]["en"]) - 1
+
+
 def _hf_table(split_pairs: list[tuple[str, str, int]]) -> pa.Table:
     """HF xnli's features: premise, hypothesis (string), label (ClassLabel -> int64), with datasets' schema metadata."""
     features = {"premise": {"dtype": "string", "_type": "Value"}, "hypothesis": {"dtype": "string", "_type": "Value"},

@@ -132,15 +132,22 @@ def _tsv_rows(path: Path, columns: tuple[str, ...], log: ReadLog, skip: bool) ->
             if missing:
                 raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} "
                                 f"(expected: {' '.join(columns)})")
-            for row in reader:
-                if not row or row == [""]:
-                    continue
-                if len(row) != len(header):
-                    log.bad(f"{path}:{lineno}", f"expected {len(header)} tab-separated fields, got {len(row)}", skip)
-                    continue
-                yield lineno, dict(zip(header, row))
-        except csv.Error as exc:  # a field past csv's limit (131,072 characters), a NUL byte
+        except csv.Error as exc:  # in the header line: a carriage return inside it, a field past csv's limit
             raise UserError(f"{path}:{lineno}: {exc}") from None
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:  # a bare carriage return in the line, a field past csv's limit (131,072 characters)
+                log.bad(f"{path}:{lineno}", str(exc), skip)
+                continue
+            if not row or row == [""]:
+                continue
+            if len(row) != len(header):
+                log.bad(f"{path}:{lineno}", f"expected {len(header)} tab-separated fields, got {len(row)}", skip)
+                continue
+            yield lineno, dict(zip(header, row))
 
 
 def read_xnli_tsv(path: Path, languages: tuple[str, ...], skip_malformed: bool = False) -> tuple[dict[str, NLISet], ReadLog]:

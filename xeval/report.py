@@ -195,7 +195,7 @@ def accuracy_sections(runs: list[dict[str, Any]], names: list[str]) -> list[Sect
         "XNLI test set, zero-shot cross-lingual transfer (fine-tuned on English), averages over the same 15 "
         "languages. Our rows: checkpoint selected on English dev; cells are the mean ± sample standard deviation "
         "(n − 1) over seeds, – for one seed. Published rows: checkpoint selection as their sources state it "
-        "(column selection of the published rows below; not stated for XLM-R)."],
+        "(column selection of the published rows below: stated in none of the sources checked)."],
         tables=[Table(header, rows), Table(["model", *[lang for lang in langs if lang != "en"], "avg gap"], gap_rows,
                                            "Transfer gap: English minus language (points)")])]
     if others:

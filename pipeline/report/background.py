@@ -6,9 +6,10 @@ driver's in-process worker does not use, the gaps between stages. At the end :fu
 ``corpus_report.build`` gives (the same code).
 
 Where it cannot help, the driver draws the report itself, as without it: a process not started
-(tests, workflows calling ``run_corpus``), one that failed or is gone, and one that has not
-answered within :data:`WAIT_S` seconds of the request (at the lowest priority on a machine other
-work keeps busy it may get almost no CPU). It never decides what the report says: for a
+(tests, workflows calling ``run_corpus``), one that has not imported matplotlib by the run's end
+(the driver would wait for an import it does as fast itself), one that failed or is gone, and
+one that has not answered within :data:`WAIT_S` seconds of the request (at the lowest priority
+on a machine other work keeps busy it may get almost no CPU). It never decides what the report says: for a
 ``stats.json`` it cannot draw it answers nothing, and the driver's own attempt gives the error.
 A process ends after its one report, when :func:`stop` ends it (a run that failed) or when its
 standard input closes (the driver ended, however). Importing this module imports nothing of the report's (``pipeline run`` starts the
@@ -21,12 +22,12 @@ import pickle
 import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-WAIT_S = 10.0
-"""How long the driver waits for the report process's answer before drawing the report itself."""
+WAIT_S = 5.0
+"""How long the driver waits for the report process's answer, once it asked, before drawing the report
+itself (drawing takes about 0.4 s)."""
 READY = b"ready\n"
 _started: subprocess.Popen | None = None
 
@@ -50,13 +51,12 @@ def stop() -> None:
     global _started
     process, _started = _started, None
     if process is not None:
-        process.kill()
-        process.wait()
+        _end(process)
 
 
 def build(corpus: str) -> list[str]:
-    """``corpus_report.build(corpus)``, drawn by the report process where one was started and
-    answers in time; returns the written paths."""
+    """``corpus_report.build(corpus)``, drawn by the report process where one was started, is ready
+    and answers in time; returns the written paths."""
     from ..output import fs
     from ..output.layout import REPORT
     from . import corpus_report
@@ -65,33 +65,34 @@ def build(corpus: str) -> list[str]:
     global _started
     process, _started = _started, None
     if process is not None:
-        stats, sampling = corpus_report.inputs(corpus)
-        files = _drawn(process, (stats, sampling))
+        try:
+            files = _drawn(process, corpus_report.inputs(corpus))
+        finally:
+            _end(process)
         if files is not None:
             return write_files(fs.join(corpus, REPORT), files)
     return corpus_report.build(corpus)
 
 
 def _drawn(process: subprocess.Popen, request: tuple[dict[str, Any], dict[str, Any]]) -> list[tuple[str, bytes]] | None:
-    """The files ``process`` draws for ``request``; None where it fails or takes over :data:`WAIT_S`
-    seconds (then it is stopped)."""
-    deadline = time.monotonic() + WAIT_S
+    """The files ``process`` draws for ``request``; None where it has not imported matplotlib yet
+    (the driver would wait for an import it can do as fast itself, or, on a busy machine, for a
+    process that gets almost no CPU), fails, or has not answered within :data:`WAIT_S` seconds."""
     try:
-        if not _readable(process, deadline) or process.stdout.readline() != READY:
+        if not select.select([process.stdout], [], [], 0)[0] or process.stdout.readline() != READY:
             return None
-        pickle.dump(request, process.stdin, pickle.HIGHEST_PROTOCOL)
-        process.stdin.close()
-        return pickle.load(process.stdout) if _readable(process, deadline) else None
-    except (OSError, EOFError, pickle.UnpicklingError):
+        answer, _ = process.communicate(pickle.dumps(request, pickle.HIGHEST_PROTOCOL), timeout=WAIT_S)
+        return pickle.loads(answer)
+    except (OSError, EOFError, pickle.UnpicklingError, subprocess.TimeoutExpired):
         return None
-    finally:
-        process.kill()
-        process.wait()
 
 
-def _readable(process: subprocess.Popen, deadline: float) -> bool:
-    """Whether ``process`` writes something (or ends) before ``deadline``."""
-    return bool(select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0])
+def _end(process: subprocess.Popen) -> None:
+    """``process`` stopped (where it still runs) and its pipes closed."""
+    process.kill()
+    process.wait()
+    for pipe in (process.stdin, process.stdout):
+        pipe.close()
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ bundle. Beam imports each of them inside a ``try`` and goes on without it where 
 is on the DirectRunner and its config names no URL at all (no ``scheme://`` anywhere: inputs,
 output, models, lists, Beam options: :func:`wanted`), and ``prefork.start_for_run`` in its fork
 server. Only while ``apache_beam`` itself is being imported: anything that imports one of them
-later (a plugin step) gets it as usual.
+later gets it as usual, though ``beam.io`` then lacks the names Beam's ``io/__init__.py`` imports
+after BigQuery (Pub/Sub, ``gcsio``, the cross-language IOs): runs with a plugin step are not lean.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import importlib.abc
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 LEFT_OUT = ("apache_beam.io.gcp.gcsfilesystem", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.bigquery",
             "google.cloud.dataflow")
@@ -42,12 +43,15 @@ class _LeaveOut(importlib.abc.MetaPathFinder):
         return None
 
 
-def wanted(config: Sequence[Any]) -> bool:
+def wanted(config: Sequence[Any], step_modules: Iterable[str]) -> bool:
     """Whether this process may leave them out of a run of ``config`` on the DirectRunner: it is
-    ``python -m pipeline`` (one run, then it ends: no later run of it can want them) and ``config``
-    (its values, as JSON) holds no ``://``."""
+    ``python -m pipeline`` (one run, then it ends: no later run of it can want them), ``config``
+    (its values, as JSON) holds no ``://``, and every step is one of ours (``step_modules``: a
+    plugin's code may name a bucket, or use ``beam.io``'s BigQuery or Pub/Sub, which Beam's
+    ``io/__init__.py`` then never exported)."""
     main = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(main, "name", "") == "pipeline.__main__" and "://" not in json.dumps(config, default=str)
+    return (getattr(main, "name", "") == "pipeline.__main__" and "://" not in json.dumps(config, default=str)
+            and all(module.startswith("pipeline.steps.") for module in step_modules))
 
 
 def install() -> None:
@@ -56,5 +60,5 @@ def install() -> None:
         sys.meta_path.insert(0, _LeaveOut())
 
 
-if os.environ.get(ENV) == "1":  # the fork server of a run that leaves them out (prefork.start_for_run)
-    install()
+if os.environ.pop(ENV, None) == "1":  # the fork server of a run that leaves them out (prefork.start_for_run);
+    install()                          # the SDK workers forked from it do not inherit the variable

@@ -110,8 +110,12 @@ def start_for_run(runner: str, beam_flags: list[str], step_modules: list[str], l
         return start_fork_server([*WORKER_MODULES, *step_modules])
     from . import lean_import
 
+    before = os.environ.get(lean_import.ENV)
     os.environ[lean_import.ENV] = "1"  # the server's environment, not this process's
     try:
         return start_fork_server([lean_import.__name__, *WORKER_MODULES, *step_modules])
     finally:
-        del os.environ[lean_import.ENV]
+        if before is None:
+            del os.environ[lean_import.ENV]
+        else:
+            os.environ[lean_import.ENV] = before

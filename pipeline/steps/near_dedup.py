@@ -124,3 +124,13 @@ class NearDedup(Step):
     @classmethod
     def splits_words(cls, cfg: NearDupConfig) -> bool:
         return cfg.scheme == "datatrove"  # (FineWeb-2's shingles are words of the document's language)
+
+    def prepare(self) -> None:
+        """``scheme: datatrove`` hashes shingles with xxhash and finds numbers with regex (the
+        ``quality`` extra): missing, it is one line before the job, not a failure in every worker."""
+        import importlib.util
+
+        missing = [m for m in ("xxhash", "regex") if self.cfg.scheme == "datatrove" and importlib.util.find_spec(m) is None]
+        if missing:
+            raise UserError(f"near_dedup.scheme datatrove needs {' and '.join(missing)}: pip install "
+                            f"'polyglot-corpus[quality]' (or {' '.join(missing)})")
