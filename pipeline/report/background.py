@@ -7,13 +7,13 @@ driver's in-process worker does not use, the gaps between stages. At the end :fu
 
 Where it cannot help, the driver draws the report itself, as without it: a process not started
 (tests, workflows calling ``run_corpus``), one that has not imported matplotlib by the run's end
-(the driver would wait for an import it does as fast itself), one that failed or is gone, and
-one that has not answered within :data:`WAIT_S` seconds of the request (at the lowest priority
-on a machine other work keeps busy it may get almost no CPU). It never decides what the report says: for a
-``stats.json`` it cannot draw it answers nothing, and the driver's own attempt gives the error.
-A process ends after its one report, when :func:`stop` ends it (a run that failed) or when its
-standard input closes (the driver ended, however). Importing this module imports nothing of the report's (``pipeline run`` starts the
-process before it imports Beam).
+(the driver would wait for an import it does as fast itself), one that failed or is gone, and one
+that has not answered within :data:`WAIT_S` seconds of the request (at the lowest priority on a
+machine other work keeps busy it may get almost no CPU). It never decides what the report says:
+for a ``stats.json`` it cannot draw it answers nothing, and the driver's own attempt gives the
+error. A process ends after its one report, when :func:`stop` ends it (a run that failed) or when
+its standard input closes (the driver ended, however). Importing this module imports nothing of
+the report's (``pipeline run`` starts the process before it imports Beam).
 """
 from __future__ import annotations
 
