@@ -81,7 +81,6 @@ def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeyp
     drawn = background._drawn
     monkeypatch.setattr(background, "_drawn", lambda process, request: answers.append(
         (files := drawn(process, request)) is not None) or files)
-    monkeypatch.setattr(background, "WAIT_S", 2.0)
 
     def report_of(name: str, ready: bool = True, spoil=None, stats: dict | None = None) -> dict[str, bytes]:
         folder = tmp_path / name
@@ -95,7 +94,7 @@ def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeyp
             spoil(background._started)
         started = time.monotonic()
         background.build(str(folder))
-        assert time.monotonic() - started < 2.0 + 10  # (a stopped process: WAIT_S, then the driver's own)
+        assert time.monotonic() - started < background.WAIT_S + 10  # (a stopped process: WAIT_S, then the driver's)
         assert background._started is None
         return {p.name: p.read_bytes() for p in (folder / "report").iterdir()}
 
@@ -104,12 +103,16 @@ def test_the_report_process_or_the_driver_in_its_place(corpus, tmp_path, monkeyp
     assert report_of("not-ready", ready=False) == expected and answers[-1] is False
     assert report_of("gone", spoil=lambda process: (process.kill(), process.wait())) == expected and answers[-1] is False
     large = {**json.loads((corpus / "stats.json").read_text()), "padding": "x" * 200_000}
+    monkeypatch.setattr(background, "WAIT_S", 1.0)
     assert report_of("stopped", spoil=lambda process: process.send_signal(signal.SIGSTOP),
                      stats=large) == expected and answers[-1] is False
     bad = {**json.loads((corpus / "stats.json").read_text()), "languages": []}
     with pytest.raises(UserError, match=r"bad/stats.json or sampling.json: not as pipeline run writes them"):
         report_of("bad", stats=bad)
     assert answers[-1] is False and background._started is None
+    monkeypatch.setattr(background.sys, "executable", None)  # no interpreter to start: the driver draws it
+    asked = len(answers)
+    assert report_of("no-interpreter", ready=False) == expected and len(answers) == asked
 
 
 def test_an_older_corpus_and_a_folder_that_is_none(corpus, tmp_path, capsys):

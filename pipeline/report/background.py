@@ -25,9 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-WAIT_S = 5.0
+WAIT_S = 30.0
 """How long the driver waits for the report process's answer, once it asked, before drawing the report
-itself (drawing takes about 0.4 s)."""
+itself: drawing took 0.4 s for the 50 MB benchmark's corpus and 1.5-3.6 s for a corpus with perplexity
+buckets and near-duplicate clusters (``tests/test_report.py``). A process started by ``pipeline run``
+is in the run's own session, where the kernel's autogroups have it compete for CPU with that run's
+processes only, done by then; elsewhere other work at normal priority can keep it waiting."""
 READY = b"ready\n"
 _started: subprocess.Popen | None = None
 
@@ -35,7 +38,7 @@ _started: subprocess.Popen | None = None
 def start() -> None:
     """Start this process's report process (:func:`build` uses it once). Nothing where one runs."""
     global _started
-    if _started is not None:
+    if _started is not None or not sys.executable:  # (an embedded interpreter has none to start)
         return
     root = str(Path(__file__).resolve().parents[2])  # where `pipeline` is, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
