@@ -106,9 +106,9 @@ def test_shingles_and_signatures_equal_datatrove(originals) -> None:  # noqa: F8
 
 
 def test_simplify_numbers_equal_datatrove() -> None:
-    """Every decimal digit of ``re``'s tables or ``regex``'s (datatrove's), alone, repeated and with a
-    decimal part: simplified as ``simplify_text`` does (U+116D0.. Myanmar Eastern Pwo Karen, Unicode
-    16, are digits to ``regex`` only)."""
+    """Every decimal digit of ``re``'s tables or ``regex``'s (datatrove's), alone, repeated, with a
+    decimal part after each separator datatrove takes and with two: simplified as ``simplify_text``
+    does (U+116D0.. Myanmar Eastern Pwo Karen, Unicode 16, are digits to ``regex`` only)."""
     import re
 
     import regex
@@ -118,7 +118,7 @@ def test_simplify_numbers_equal_datatrove() -> None:
               if re.fullmatch(r"\d", chr(c)) or regex.fullmatch(r"\p{Nd}", chr(c))]
     assert "\U000116D0" in digits
     for d in digits:
-        text = f"{d} {d}{d} x{d},{d}{d}.{d}y"
+        text = f"{d} {d}{d} x{d},{d}{d}.{d}y " + " ".join(f"{d}{sep}{d}{d}" for sep in ".,،٫⎖⎗⎘") + f" {d}.{d}.{d}"
         assert mdt.simplify(text) == simplify_text(text), hex(ord(d))
 
 
