@@ -8,10 +8,12 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +27,27 @@ CCNET = CACHE / "reference" / "cc_net-1.0.0" / "cc_net"
 # google-auth, looking for credentials for the GCS emulator's clients and Dataflow's dry run, would
 # ask GCE's metadata server (169.254.169.254); read when google.auth is imported, in every process
 os.environ.setdefault("NO_GCE_CHECK", "true")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def beam_temp_folders_removed():
+    """The ``beam-pipeline-temp*`` folders of the graphs tests build and never run, removed at the
+    session's end: Beam makes one in ``Pipeline.__init__`` and removes it only in ``run()``. Only
+    the folders this process made (``tempfile.mkdtemp`` noted), so another process's stay."""
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def noted(*args, **kwargs):
+        path = mkdtemp(*args, **kwargs)
+        if os.path.basename(path).startswith("beam-pipeline-temp"):
+            made.append(path)
+        return path
+
+    tempfile.mkdtemp = noted
+    yield
+    tempfile.mkdtemp = mkdtemp
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
