@@ -308,8 +308,8 @@ def test_lsh_buckets_and_verified_edges(originals):
     assert (keys[0] == keys[2]).any() and not (keys[0] == keys[2]).all() and not (keys[0] == keys[3]).any()
     sigs = sigs[[0, 1, 3]]
     members = [("c", sigs[2].tobytes()), ("b", sigs[1].tobytes()), ("a", sigs[0].tobytes())]
-    assert nd.bucket_edges(members, None) == [("a", "b"), ("a", "c")]
-    assert nd.bucket_edges(members, cfg.min_matches()) == [("a", "b")]  # c is unlike a and b
+    assert nd.bucket_edges(members, None) == ([("a", "b"), ("a", "c")], False)
+    assert nd.bucket_edges(members, cfg.min_matches()) == ([("a", "b")], False)  # c is unlike a and b
 
 
 def test_a_chain_in_one_bucket_is_one_cluster_whatever_its_ids():
@@ -328,8 +328,35 @@ def test_a_chain_in_one_bucket_is_one_cluster_whatever_its_ids():
     matches = {(x, y): int((np.frombuffer(chain[x], np.uint32) == np.frombuffer(chain[y], np.uint32)).sum())
                for x in "abcd" for y in "abcd" if x < y}
     assert {pair for pair, n in matches.items() if n >= 8} == {("a", "b"), ("b", "c"), ("c", "d")}
-    assert nd.bucket_edges(members, 8) == [("a1", "a2"), ("a1", "a3"), ("a1", "a4")]
-    assert nd.bucket_edges(members[:1], None) == []
+    assert nd.bucket_edges(members, 8) == ([("a1", "a2"), ("a1", "a3"), ("a1", "a4")], False)
+    assert nd.bucket_edges(members[:1], None) == ([], False)
+
+
+def test_a_bucket_over_the_verify_limit_compares_its_later_members_with_its_first_ones_only():
+    """Past ``verify_limit`` members a member is checked against the first ones only: a pair of later
+    members alike to each other alone is not joined; one alike to a first member, or to the very
+    first, is; at or under the limit the edges are those of every pair checked."""
+    rng = np.random.default_rng(3)
+
+    def unlike() -> np.ndarray:
+        return rng.integers(1, 2**32, 10, dtype=np.uint32)  # no position shared with another
+
+    def like(sig: np.ndarray) -> bytes:
+        near = sig.copy()
+        near[0] += 1  # 9 of 10 positions equal: alike at 8
+        return near.tobytes()
+
+    first = {f"a{i}": unlike() for i in range(5)}
+    b1 = unlike()
+    members = [*((k, v.tobytes()) for k, v in first.items()), ("b1", b1.tobytes()), ("b2", like(b1)),
+               ("b3", like(first["a2"])), ("b4", like(first["a0"]))]
+    every = [("b1", "b2"), ("a2", "b3"), ("a0", "b4")]  # in the later member's order
+    assert nd.bucket_edges(members, 8) == (every, False)
+    assert nd.bucket_edges(members, 8, verify_limit=len(members)) == (every, False)
+    assert nd.bucket_edges(members, 8, verify_limit=5) == ([("a2", "b3"), ("a0", "b4")], True)
+    assert nd.bucket_edges(members, None, verify_limit=5) == ([("a0", k) for k, _ in members[1:]], True)
+    with pytest.raises(UserError, match="verify_limit must be >= 1, got 0"):
+        NearDupConfig(verify_limit=0).validate()
 
 
 @pytest.mark.parametrize("verify", [True, False])
@@ -352,7 +379,7 @@ def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify, t
             expected.setdefault((doc["lang"], band, key), []).append((doc["id"], sig[0].tobytes() if verify else b""))
     min_matches = cfg.min_matches() if verify else None
     want = sorted(edge for members in expected.values() if len(members) > 1
-                  for edge in nd.bucket_edges(members, min_matches))
+                  for edge in nd.bucket_edges(members, min_matches)[0])
     assert len(want) > 30
     for partitions, batch, scratch in ((1, 100, ""), (3, 7, str(tmp_path)), (8, 33, str(tmp_path))):
         keys, grouped = BandKeys(cfg, partitions, scratch), {}
@@ -372,6 +399,13 @@ def test_partitioned_band_shuffle_finds_every_shared_bucket(originals, verify, t
         counts = dict(edges._pending)
         assert counts[("near_dedup", "candidate_buckets")] == sum(len(m) > 1 for m in expected.values())
         assert counts[("near_dedup", "edges")] == len(want)
+        if verify:  # a limit of 2 members: the buckets of 3 or more are counted, each as bucket_edges says
+            limited = CandidateEdges(min_matches, 2)
+            assert sorted(edge for item in grouped.items() for edge in limited.process(item)) == sorted(
+                edge for members in expected.values() if len(members) > 1
+                for edge in nd.bucket_edges(members, min_matches, 2)[0])
+            over = sum(len({i for i, _ in members}) > 2 for members in expected.values())
+            assert over and dict(limited._pending)[("near_dedup", "buckets_over_verify_limit")] == over
 
 
 # --------------------------------------------------------------------------- quality (Beam)

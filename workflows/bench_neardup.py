@@ -17,7 +17,13 @@ are printed too; they include waiting for a shared CPU). For each size it prints
 and the time ratio for each doubling of the input. Every measurement is the fastest of ``--repeat``
 runs (by CPU time).
 
+With ``--bucket N`` it times instead the check of one LSH bucket's candidates
+(``minhash.bucket_edges``) at its worst: N members equal in one band (13 positions) and in about
+70 % of the others, so alike in a band but not in whole (each pair ~93 of 128 positions, under the
+103 that threshold 0.8 needs), with ``verify_limit`` and against every pair checked (the baseline).
+
     .venv/bin/python workflows/bench_neardup.py [--sizes 10000 20000 40000] [--work out/bench-neardup]
+    .venv/bin/python workflows/bench_neardup.py --bucket 10000
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import apache_beam as beam  # noqa: E402
+import numpy as np  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
 from pipeline.steps import minhash  # noqa: E402
@@ -188,13 +195,40 @@ def time_datasketch(docs: list[dict], cfg: NearDupConfig) -> tuple[Seconds, tupl
     return done - start, (done - signed, sum(1 for key in keys if find(key) != key))
 
 
+def time_bucket(n: int, cfg: NearDupConfig, repeat: int) -> None:
+    """Print the check of one bucket of ``n`` members alike in a band, not in whole (see the module's
+    docstring), with ``cfg.verify_limit`` and with every pair checked."""
+    rng = np.random.default_rng(1234)
+    sigs = np.repeat(rng.integers(1, 2**32, cfg.num_perm, dtype=np.uint32)[None, :], n, axis=0)
+    changed = rng.random(sigs.shape) < 0.3
+    changed[:, :13] = False  # the band they share
+    sigs[changed] = rng.integers(1, 2**32, int(changed.sum()), dtype=np.uint32)
+    members = [(f"doc-{i:08d}", sig.tobytes()) for i, sig in enumerate(sigs)]
+    times = {}
+    for label, limit in ((f"verify_limit {cfg.verify_limit}", cfg.verify_limit), ("every pair (no limit)", None)):
+        def check(limit: int | None = limit) -> tuple[Seconds, int]:
+            start = clock()
+            edges, _ = minhash.bucket_edges(members, cfg.min_matches(), limit)
+            return clock() - start, len(edges)
+        times[label], edges = fastest(repeat, check)
+        print(f"one bucket of {n} members, {label}: {times[label].cpu:.2f} s CPU, {edges} edges", flush=True)
+    limited, every = times.values()
+    print(f"every pair / verify_limit: {every.cpu / limited.cpu:.1f}x the CPU time")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bucket", type=int, help="time one worst-case LSH bucket of this many members instead")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000, 40_000])
     parser.add_argument("--sample", default=str(ROOT / "tests" / "data" / "sample"))
     parser.add_argument("--work", default=str(ROOT / "out" / "bench-neardup"))
     parser.add_argument("--repeat", type=int, default=2, help="runs per measurement (the fastest counts)")
     args = parser.parse_args()
+    if args.bucket is not None:
+        if args.bucket < 2:
+            parser.error(f"--bucket takes 2 or more members, got {args.bucket}")
+        time_bucket(args.bucket, NearDupConfig(), args.repeat)
+        return
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     cfg = NearDupConfig()

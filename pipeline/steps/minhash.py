@@ -321,22 +321,29 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
 
 
-def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None) -> list[tuple[str, str]]:
-    """Edges ``(smaller id, larger id)`` among the ``(id, signature bytes)`` sharing an LSH bucket.
+def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None,
+                 verify_limit: int | None = None) -> tuple[list[tuple[str, str]], bool]:
+    """Edges ``(smaller id, larger id)`` among the ``(id, signature bytes)`` sharing an LSH bucket,
+    and whether the bucket had more members than ``verify_limit``.
 
     Without ``min_matches``: every member to the smallest id. With it: the members joined by pairs
     with at least ``min_matches`` equal signature positions, each such group as edges from its
     smallest id to each other member (a chain A~B~C~D in one bucket is one group, whatever the
     order of its ids: linking each member only to its smallest alike member split it in two when
-    that member was D, say, and B's was A).
+    that member was D, say, and B's was A). A member alike to the first is joined to it without
+    further comparisons; any other is compared with every member, or, past the first
+    ``verify_limit`` members of a bucket of more, with those first members only (at most
+    ``members x verify_limit`` comparisons; ``NearDupConfig.verify_limit``).
     """
     unique = dict(sorted(members, reverse=True))  # one signature per id, the smallest: deterministic
     ids = sorted(unique)
+    capped = verify_limit is not None and len(ids) > verify_limit
     if len(ids) < 2:
-        return []
+        return [], capped
     if min_matches is None:
-        return [(ids[0], other) for other in ids[1:]]
+        return [(ids[0], other) for other in ids[1:]], capped
     sigs = np.frombuffer(b"".join(unique[i] for i in ids), np.uint32).reshape(len(ids), -1)
+    first = sigs[:verify_limit] if capped else sigs
     root = list(range(len(ids)))  # union-find over the members' places (their ids' order)
 
     def find(i: int) -> int:
@@ -347,11 +354,12 @@ def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None) 
 
     to_first = np.count_nonzero(sigs == sigs[0], axis=1) >= min_matches
     for i in range(1, len(ids)):
-        alike = [0] if to_first[i] else np.flatnonzero(np.count_nonzero(sigs == sigs[i], axis=1) >= min_matches).tolist()
+        against = sigs if i < len(first) else first  # (a pair with a first member is seen from both sides)
+        alike = [0] if to_first[i] else np.flatnonzero(np.count_nonzero(against == sigs[i], axis=1) >= min_matches).tolist()
         for j in alike:  # (a pair of members both alike to the first is joined through it)
             a, b = find(i), find(j)
             root[max(a, b)] = min(a, b)
-    return [(ids[find(i)], ids[i]) for i in range(1, len(ids)) if find(i) != i]
+    return [(ids[find(i)], ids[i]) for i in range(1, len(ids)) if find(i) != i], capped
 
 
 # --------------------------------------------------------------------------- connected components

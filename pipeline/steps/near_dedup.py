@@ -15,7 +15,7 @@ from .minhash import SCOPES, SHINGLES, optimal_bands
 SCHEMES = ("datasketch", "datatrove")
 DATATROVE_BANDS = (14, 8)
 """datatrove's ``MinhashConfig`` buckets x hashes per bucket (FineWeb-2's)."""
-DATATROVE_IGNORES = ("shingle", "char_ngram", "num_perm", "threshold", "verify", "max_iterations")
+DATATROVE_IGNORES = ("shingle", "char_ngram", "num_perm", "threshold", "verify", "verify_limit", "max_iterations")
 """Settings ``scheme: datatrove`` has no use for: set to anything but their defaults, they are refused."""
 MAX_BANDS = 65535
 
@@ -42,6 +42,14 @@ class NearDupConfig:
     """Signature positions per LSH band (bands x rows <= num_perm); 8 for scheme datatrove (its hashes per bucket)."""
     verify: bool = True
     """Keep a candidate pair only if its estimated Jaccard (from the signatures) reaches threshold."""
+    verify_limit: int = 1000
+    """With verify, in an LSH bucket of more members than this, a member past the first verify_limit
+    (by id) that is not alike to the first is compared with those first members only, not with every
+    other member: such a bucket costs its members x verify_limit signature comparisons, not its members
+    squared (100,000 pages of one site's template, alike in bands but not in whole, would take hours on
+    one worker). Pairs of two later members can still join through a first member or through another
+    band's bucket; no pair is joined without its check. Such buckets are counted
+    (near_dedup/buckets_over_verify_limit)."""
     seed: int = 1
     """Seed of the MinHash permutations (datasketch's)."""
     scope: str = "language"
@@ -65,7 +73,7 @@ class NearDupConfig:
             fail(f"shingle must be one of {', '.join(SHINGLES)}, got {self.shingle!r}")
         if self.scope not in SCOPES:
             fail(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
-        for name in ("word_ngram", "char_ngram", "num_perm", "max_iterations"):
+        for name in ("word_ngram", "char_ngram", "num_perm", "verify_limit", "max_iterations"):
             if getattr(self, name) < 1:
                 fail(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.threshold <= 1.0:
@@ -113,7 +121,7 @@ class NearDedup(Step):
     name = "near_dedup"
     Config = NearDupConfig
     counters = ("documents_in", "documents_out", "near_duplicate", "no_shingles", "signatures", "candidate_buckets",
-                "edges", "clusters", "cc_not_converged", "tokenizer_fallback")
+                "buckets_over_verify_limit", "edges", "clusters", "cc_not_converged", "tokenizer_fallback")
     provides = ("minhash_cluster_size",)
     transform = "pipeline.transforms.near_dedup:NearDedupTransform"
 

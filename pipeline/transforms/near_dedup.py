@@ -222,9 +222,9 @@ class CandidateEdges(UnpicklingDoFn):
     (:func:`bucket_edges`). The rows' bands and hashes are read first; ids and signatures only
     for the rows of shared buckets, in a second pass over the partition."""
 
-    def __init__(self, min_matches: int | None) -> None:
+    def __init__(self, min_matches: int | None, verify_limit: int | None = None) -> None:
         super().__init__(NearDedup.name)
-        self.min_matches = min_matches
+        self.min_matches, self.verify_limit = min_matches, verify_limit
 
     def process(self, item: tuple[tuple[str, int], Iterable[Pickled]]) -> Iterator[tuple[str, str]]:
         parts: list[BandRows] = [self.unpickler.load(ref) for ref in item[1]]
@@ -249,8 +249,10 @@ class CandidateEdges(UnpicklingDoFn):
             for row, doc in zip(rows.tolist(), at.tolist()):
                 members[row] = ids[doc], sigs[doc * width:(doc + 1) * width]
         for bucket in buckets:
-            edges = bucket_edges([members[row] for row in bucket.tolist()], self.min_matches)
+            edges, capped = bucket_edges([members[row] for row in bucket.tolist()], self.min_matches, self.verify_limit)
             self.count("candidate_buckets")
+            if capped:
+                self.count("buckets_over_verify_limit")
             self.count("edges", len(edges))
             yield from edges
 
@@ -432,7 +434,7 @@ class NearDedupTransform(beam.PTransform):
                 | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
                 | "BandKeys" >> Counted(BandKeys(cfg, self.partitions, self.scratch))
                 | "GroupByPartition" >> beam.GroupByKey()
-                | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None))
+                | "CandidateEdges" >> Counted(CandidateEdges(*((cfg.min_matches(), cfg.verify_limit) if cfg.verify else (None, None))))
             )
             clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
         partitions = self.join_partitions
