@@ -335,7 +335,9 @@ def test_a_chain_in_one_bucket_is_one_cluster_whatever_its_ids():
 def test_a_bucket_over_the_verify_limit_compares_its_later_members_with_its_first_ones_only():
     """Past ``verify_limit`` members a member is checked against the first ones only: a pair of later
     members alike to each other alone is not joined; one alike to a first member, or to the very
-    first, is; at or under the limit the edges are those of every pair checked."""
+    first, is; a first member is still checked against every member (a3, unlike a0, joins it through
+    b5, which is past the limit and alike to a0); at or under the limit the edges are those of every
+    pair checked."""
     rng = np.random.default_rng(3)
 
     def unlike() -> np.ndarray:
@@ -347,13 +349,16 @@ def test_a_bucket_over_the_verify_limit_compares_its_later_members_with_its_firs
         return near.tobytes()
 
     first = {f"a{i}": unlike() for i in range(5)}
-    b1 = unlike()
+    first["a3"] = first["a0"].copy()
+    first["a3"][:4] += 1  # 6 of 10 positions like a0's: not alike
+    b1, b5 = unlike(), first["a0"].copy()
+    b5[:2] = first["a3"][:2]  # 8 like a0's and 8 like a3's: alike to both, so a3 joins a0 through b5
     members = [*((k, v.tobytes()) for k, v in first.items()), ("b1", b1.tobytes()), ("b2", like(b1)),
-               ("b3", like(first["a2"])), ("b4", like(first["a0"]))]
-    every = [("b1", "b2"), ("a2", "b3"), ("a0", "b4")]  # in the later member's order
+               ("b3", like(first["a2"])), ("b4", like(first["a0"])), ("b5", b5.tobytes())]
+    every = [("a0", "a3"), ("b1", "b2"), ("a2", "b3"), ("a0", "b4"), ("a0", "b5")]  # in the later member's order
     assert nd.bucket_edges(members, 8) == (every, False)
     assert nd.bucket_edges(members, 8, verify_limit=len(members)) == (every, False)
-    assert nd.bucket_edges(members, 8, verify_limit=5) == ([("a2", "b3"), ("a0", "b4")], True)
+    assert nd.bucket_edges(members, 8, verify_limit=5) == ([("a0", "a3"), ("a2", "b3"), ("a0", "b4"), ("a0", "b5")], True)
     assert nd.bucket_edges(members, None, verify_limit=5) == ([("a0", k) for k, _ in members[1:]], True)
     with pytest.raises(UserError, match="verify_limit must be >= 1, got 0"):
         NearDupConfig(verify_limit=0).validate()
@@ -472,6 +477,10 @@ def test_transitive_chain_is_one_cluster(originals, tmp_path):
     assert kept["n0"] == 5 and removed == {i: "n0" for i in ids[1:]}
     assert all(kept[d["id"]] == 1 for d in distinct)
     assert counters.get("cc_not_converged", 0) == 0
+    assert counters.get("buckets_over_verify_limit", 0) == 0
+    kept, removed, counters = run_stage(docs + distinct, dataclasses.replace(cfg, verify_limit=1), tmp_path / "limited")
+    assert counters["buckets_over_verify_limit"] > 0  # the step's setting reaches the stage that checks the buckets
+    assert all(kept[d["id"]] == 1 for d in distinct) and set(removed) <= set(ids[1:])
 
 
 # --------------------------------------------------------------------------- connected components

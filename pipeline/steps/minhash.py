@@ -26,7 +26,8 @@ The stage, as datatrove / text-dedup do it but without an in-memory index on one
    finds its shared buckets with one sort (:func:`shared_buckets`). With ``verify`` (default), a
    bucket's members are joined (union-find) by their alike pairs, those whose estimated Jaccard
    (matching signature positions / ``num_perm``) reaches ``threshold``, which removes LSH false
-   positives, and each group so joined is linked to its smallest id (:func:`bucket_edges`);
+   positives, and each group so joined is linked to its smallest id (:func:`bucket_edges`; in a
+   bucket of more than ``verify_limit`` members a later member is checked against the first ones only);
    without it every member is linked to the bucket's smallest id (a star; datatrove pairs each
    document with the one before it in the bucket, a chain: the same components). A bucket of n
    members gives at most n - 1 edges.
@@ -332,8 +333,8 @@ def bucket_edges(members: Iterable[tuple[str, bytes]], min_matches: int | None,
     order of its ids: linking each member only to its smallest alike member split it in two when
     that member was D, say, and B's was A). A member alike to the first is joined to it without
     further comparisons; any other is compared with every member, or, past the first
-    ``verify_limit`` members of a bucket of more, with those first members only (at most
-    ``members x verify_limit`` comparisons; ``NearDupConfig.verify_limit``).
+    ``verify_limit`` members of a bucket of more, with those first members only (about
+    ``2 x members x verify_limit`` comparisons in all; ``NearDupConfig.verify_limit``).
     """
     unique = dict(sorted(members, reverse=True))  # one signature per id, the smallest: deterministic
     ids = sorted(unique)
