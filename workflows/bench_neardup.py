@@ -20,7 +20,8 @@ runs (by CPU time).
 With ``--bucket N`` it times instead the check of one LSH bucket's candidates
 (``minhash.bucket_edges``) at its worst: N members equal in one band (13 positions) and in about
 70 % of the others (each ~93 of 128 positions like a common signature, so a pair ~69), alike in a
-band but not in whole (under the 103 positions that threshold 0.8 needs), with ``verify_limit`` and against every pair checked (the baseline).
+band but not in whole (under the 103 positions that threshold 0.8 needs), with ``verify_limit``
+and against every pair checked (the baseline).
 
     .venv/bin/python workflows/bench_neardup.py [--sizes 10000 20000 40000] [--work out/bench-neardup]
     .venv/bin/python workflows/bench_neardup.py --bucket 10000

@@ -48,9 +48,9 @@ class NearDupConfig:
     other member (the first ones still are): such a bucket costs about 2 x its members x verify_limit
     signature comparisons, not its members squared (a bucket of 100,000 pages of one site's template,
     alike in a band but not in whole, would take about 18 minutes on one worker, from 42 s at 20,000,
-    and such pages share buckets in several bands). Pairs of two later members can still join through a first member or through
-    another band's bucket; no pair is joined without its check. Such buckets are counted
-    (near_dedup/buckets_over_verify_limit)."""
+    and such pages share buckets in several bands). Pairs of two later members can still join through
+    a first member or through another band's bucket; no pair is joined without its check. Such
+    buckets are counted (near_dedup/buckets_over_verify_limit)."""
     seed: int = 1
     """Seed of the MinHash permutations (datasketch's)."""
     scope: str = "language"

@@ -434,7 +434,8 @@ class NearDedupTransform(beam.PTransform):
                 | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=2048)
                 | "BandKeys" >> Counted(BandKeys(cfg, self.partitions, self.scratch))
                 | "GroupByPartition" >> beam.GroupByKey()
-                | "CandidateEdges" >> Counted(CandidateEdges(*((cfg.min_matches(), cfg.verify_limit) if cfg.verify else (None, None))))
+                | "CandidateEdges" >> Counted(CandidateEdges(cfg.min_matches() if cfg.verify else None,
+                                                             cfg.verify_limit if cfg.verify else None))
             )
             clusters = edges | "Components" >> ConnectedComponents(cfg.max_iterations)
         partitions = self.join_partitions
