@@ -396,6 +396,41 @@ def test_code_changed_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypa
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 
+def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(wet, tmp_path, monkeypatch):
+    """A helper a plugin step uses (a module of the plugin's package, even one imported only when a
+    document comes, or a module beside a plugin of one file that it imports) changed between a kill
+    and ``--resume`` mixed the old code's finished tasks with the new code's, as the step's own
+    module did."""
+    from pipeline.config import load_config
+    from pipeline.output import fs
+    from pipeline.run import fingerprint
+
+    step = ('import dataclasses\nfrom pipeline.steps.base import Step\n{imports}\n\n@dataclasses.dataclass\n'
+            'class NoConfig:\n    pass\n\n\nclass Keep(Step):\n    name = "keep"\n    Config = NoConfig\n\n'
+            '    def __call__(self, doc):\n        {body}\n        return doc\n')
+    package = tmp_path / "acme" / "filters"
+    package.mkdir(parents=True)
+    (tmp_path / "acme" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "keep.py").write_text(step.format(imports="", body="from acme import words  # noqa: F401"))
+    (tmp_path / "acme" / "words.py").write_text("STOP = {'the'}\n")
+    (tmp_path / "myplugins.py").write_text(step.format(imports="import myhelpers  # noqa: F401", body="pass"))
+    (tmp_path / "myhelpers.py").write_text("LIMIT = 1\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")  # beside it, never imported: not its code
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("acme", "acme.filters", "acme.filters.keep", "acme.words", "myplugins", "myhelpers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    for plugin, helper in (("acme.filters.keep:Keep", tmp_path / "acme" / "words.py"),
+                           ("myplugins:Keep", tmp_path / "myhelpers.py")):
+        cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
+                          [f"input=[{wet}]", "beam_options=[]", f"steps=[lid, '{plugin}']"])
+        before = fingerprint(cfg, fs.match_inputs(cfg.input))
+        (tmp_path / "unrelated.py").write_text("X = 2\n")
+        assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before
+        helper.write_text(helper.read_text() + "# fixed\n")
+        assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before, plugin
+
+
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
     """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
     from pipeline.config import load_config
