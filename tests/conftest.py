@@ -21,9 +21,8 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "tests" / "data" / "sample"
-CACHE = Path(os.environ.get("POLYGLOT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyglot-corpus")
-CCNET = CACHE / "reference" / "cc_net-1.0.0" / "cc_net"
+sys.path.insert(0, str(ROOT / "workflows"))  # what the tests share with the benchmarks (reference_data, quality_docs)
+from reference_data import CCNET, SAMPLE, SAMPLE_LANGS, split_reference  # noqa: E402
 # google-auth, looking for credentials for the GCS emulator's clients and Dataflow's dry run, would
 # ask GCE's metadata server (169.254.169.254); read when google.auth is imported, in every process
 os.environ.setdefault("NO_GCE_CHECK", "true")
@@ -239,17 +238,6 @@ def gz(record: bytes) -> bytes:
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pretrain_fixtures import sample_tokenizer, sample_tokens  # noqa: E402,F401  (session fixtures)
-
-SAMPLE_LANGS = ["ar", "de", "el", "en", "es", "fr", "hi", "ru", "tr", "vi", "zh"]
-HELD_OUT = 0.2
-
-
-def split_reference(lang: str) -> tuple[list[str], list[str]]:
-    """The sample's reference text for ``lang``: (training lines, held-out lines, the last 20 %)."""
-    lines = [line for line in (SAMPLE / "ref" / f"{lang}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
-    cut = int(len(lines) * (1 - HELD_OUT))
-    return lines[:cut], lines[cut:]
-
 
 @pytest.fixture(scope="session")
 def sample_lms(tmp_path_factory) -> Path:

@@ -19,7 +19,8 @@ import kenlm
 import numpy as np
 import pytest
 import sentencepiece as spm
-from conftest import CCNET, SAMPLE, gz, split_reference, warc_record
+from conftest import gz, warc_record
+from reference_data import CCNET, SAMPLE, split_reference
 
 from pipeline.__main__ import main
 from pipeline.steps.normalize import normalize_for_dedup

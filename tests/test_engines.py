@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindows
 from conftest import ROOT, free_port, gz, wait_for_port, warc_record
+from reference_data import near_copy
 
 from pipeline.__main__ import main
 from pipeline.output.layout import RUN_FILE
@@ -50,13 +51,6 @@ def run(config: list[str], out: Path, *engine: str) -> dict[str, str]:
     digests = output_digests(out)
     assert set(COMPARED) <= set(digests) and any(k.startswith("lang=") for k in digests)
     return digests
-
-
-def near_copy(text: str) -> str:
-    """Every paragraph changed for exact dedup (a space doubled: its hash covers whitespace) but not
-    for MinHash (words split on it), and one word added: a near duplicate that exact dedup keeps."""
-    lines = [line.replace(" ", "  ", 1) if " " in line else line + "." for line in text.split("\n")]
-    return "\n".join(lines) + " copy"
 
 
 def planted_corpus(sample: Path, corpus: Path, out: Path) -> Path:

@@ -1,44 +1,16 @@
 """Perplexity as CCNet computes it, buckets, cutoffs, and bad models, on LMs trained from the sample."""
 from __future__ import annotations
 
-import random
 import shutil
 from unittest import mock
 
-import kenlm
 import pytest
-import sentencepiece as spm
-from conftest import CCNET, SAMPLE_LANGS, split_reference
+from reference_data import CCNET, SAMPLE_LANGS, held_out_docs, load_lm, sanity_rates, split_reference
 
 from pipeline.util.errors import UserError
 from pipeline.steps.normalize import normalize
 from pipeline.steps.perplexity import (PerplexityConfig, PerplexityScorer, bucket_of, check_models, document_perplexity,
                                        read_cutoffs, write_cutoffs)
-
-
-def load(lms, lang):
-    return (spm.SentencePieceProcessor(model_file=str(lms / f"{lang}.sp.model")),
-            kenlm.Model(str(lms / f"{lang}.arpa.bin")))
-
-
-def held_out_docs(lang: str, min_chars: int = 300) -> list[str]:
-    """Held-out reference lines grouped into documents of at least ``min_chars`` (the corpus' min_length)."""
-    _, held = split_reference(lang)
-    docs, current = [], []
-    for line in held:
-        current.append(line)
-        if sum(map(len, current)) >= min_chars:
-            docs.append("\n".join(current))
-            current = []
-    return docs
-
-
-def shuffled(doc: str, lang: str, rng: random.Random) -> str:
-    """The document with its words shuffled (characters for Chinese, written without spaces)."""
-    sep = "" if lang in ("zh", "ja", "th") else " "
-    words = list(doc) if not sep else doc.split(sep)
-    rng.shuffle(words)
-    return sep.join(words)
 
 
 def reference_perplexity(text: str, sp, lm, ccnet_normalize) -> float:
@@ -52,7 +24,7 @@ def reference_perplexity(text: str, sp, lm, ccnet_normalize) -> float:
 
 @pytest.mark.parametrize("lang", ["de", "zh", "ar", "hi"])
 def test_parity_with_an_independent_ccnet_computation(sample_lms, ccnet_normalizer, lang, sample):
-    sp, lm = load(sample_lms, lang)
+    sp, lm = load_lm(sample_lms, lang)
     docs = held_out_docs(lang)[:40]
     assert len(docs) >= 10 and sum("\n" in d for d in docs) >= len(docs) // 2
     for doc in docs:
@@ -60,7 +32,7 @@ def test_parity_with_an_independent_ccnet_computation(sample_lms, ccnet_normaliz
 
 
 def test_per_line_mode_sums_over_paragraphs(sample_lms):
-    sp, lm = load(sample_lms, "fr")
+    sp, lm = load_lm(sample_lms, "fr")
     doc = held_out_docs("fr")[0]
     total = length = 0
     for line in doc.split("\n"):
@@ -69,22 +41,6 @@ def test_per_line_mode_sums_over_paragraphs(sample_lms):
         length += len(pieces) + 1
     assert document_perplexity(doc, sp, lm, "per_line") == round(10 ** (-total / length), 1)
     assert document_perplexity(doc, sp, lm, "per_line") != document_perplexity(doc, sp, lm, "document")
-
-
-def sanity_rates(lms, lang: str, other_lang: str | None = None) -> tuple[float, float]:
-    """Share of held-out documents scoring lower than (the same text shuffled, another language's text).
-
-    The other language is the next one in SAMPLE_LANGS unless given."""
-    sp, lm = load(lms, lang)
-    rng = random.Random(0)
-    docs = held_out_docs(lang)
-    other = held_out_docs(other_lang or SAMPLE_LANGS[(SAMPLE_LANGS.index(lang) + 1) % len(SAMPLE_LANGS)])
-    shuffled_wins = other_wins = 0
-    for i, doc in enumerate(docs):
-        pp = document_perplexity(doc, sp, lm)
-        shuffled_wins += pp < document_perplexity(shuffled(doc, lang, rng), sp, lm)
-        other_wins += pp < document_perplexity(other[i % len(other)], sp, lm)
-    return shuffled_wins / len(docs), other_wins / len(docs)
 
 
 @pytest.mark.parametrize("lang", SAMPLE_LANGS)
@@ -220,7 +176,7 @@ def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):
     report = train_lm("fr", [str(tmp_path / "tiny.txt")], tmp_path / "lm", vocab_size=65536)
     assert report.discount_fallback and "discount_fallback" in report.describe()
     assert report.vocab_size < 65536 and report.ngrams[1] > 0
-    sp, lm = load(tmp_path / "lm", "fr")
+    sp, lm = load_lm(tmp_path / "lm", "fr")
     assert document_perplexity("\n".join(lines[:3]), sp, lm) > 0
     # retrained into the same folder (--overwrite) and the disk fills while the models are copied in:
     # the models there stay whole, and nothing of the failed copy is left beside them
@@ -249,7 +205,7 @@ def test_a_line_longer_than_sentencepieces_limit_is_learnt_from(tmp_path):
     assert len(normalize(greek).encode("utf-8")) > 4192
     (tmp_path / "mixed.txt").write_text("\n".join([*split_reference("de")[0][:300], greek]) + "\n", encoding="utf-8")
     train_lm("mx", [str(tmp_path / "mixed.txt")], tmp_path / "lm", vocab_size=3000)
-    sp, _ = load(tmp_path / "lm", "mx")
+    sp, _ = load_lm(tmp_path / "lm", "mx")
     pieces = sp.encode(normalize(split_reference("el")[1][0]), out_type=str)
     assert pieces and not [piece for piece in pieces if piece.startswith("<0x")], pieces
 
@@ -292,7 +248,7 @@ def test_what_sentencepiece_keeps_nothing_of_has_no_perplexity(sample_lms, tmp_p
     (DocLM scores each line: test_ccnet_parity.py)."""
     from pipeline.steps.lm import train_lm
 
-    sp, lm = load(sample_lms, "de")
+    sp, lm = load_lm(sample_lms, "de")
     for text in ("\u200b", "\ufeff\u200b", "\u200b\n\ufeff"):
         assert normalize(text) and document_perplexity(text, sp, lm) is None, repr(text)
     for text in ("\u200b", "\ufeff\u200b"):

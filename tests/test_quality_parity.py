@@ -19,7 +19,7 @@ from pipeline.steps.formatters import Ftfy, Pii, SymbolLines
 from pipeline.steps.quality import FineWebQuality, GopherQuality, GopherRepetition
 from pipeline.steps.words import tokenizer_for
 
-from quality_docs import (FW2_FILES, boundary_docs, PII_AND_MOJIBAKE, ROOT, XNLI, planted, reference_filters, restart_pii_turn,
+from quality_docs import (FW2_FILES, boundary_docs, PII_AND_MOJIBAKE, TESTS, XNLI, planted, reference_filters, restart_pii_turn,
                           sample_pages)
 
 datatrove = pytest.importorskip("datatrove", reason="datatrove (the dev extra) is not installed")
@@ -32,7 +32,7 @@ from datatrove.utils.word_tokenizers import load_word_tokenizer  # noqa: E402
 FAST = {"en", "ru", "ar", "ur", "vi", "th", "zh", "hi"}
 LANGS = [lang if lang in FAST else pytest.param(lang, marks=pytest.mark.slow) for lang in XNLI]
 
-PROFILE = ROOT.parent / "configs" / "corpus" / "fineweb2.yaml"
+PROFILE = TESTS.parent / "configs" / "corpus" / "fineweb2.yaml"
 FILTERS = (GopherRepetition, FineWebQuality, GopherQuality)
 
 

@@ -21,14 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import CCNET, SAMPLE, SAMPLE_LANGS, split_reference  # noqa: E402
+from reference_data import CCNET, SAMPLE, SAMPLE_LANGS, sanity_rates, split_reference  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
 from pipeline.steps.lm import train_lm  # noqa: E402
 from pipeline.steps.perplexity import PerplexityConfig, PerplexityScorer  # noqa: E402
-from test_perplexity import sanity_rates  # noqa: E402
 
 
 def ensure_models(work: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 from bench_pipeline import build_input, deduplicated  # noqa: E402
 from pipeline.config import load_config  # noqa: E402

@@ -42,11 +42,10 @@ from warcio.warcwriter import WARCWriter
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "workflows"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_perplexity import ensure_models  # noqa: E402
 from bench_pipeline import sample_records  # noqa: E402
-from test_engines import near_copy  # noqa: E402
+from reference_data import near_copy  # noqa: E402
 
 from pipeline.steps import dedup  # noqa: E402
 from pipeline.readers.files import read_file  # noqa: E402

@@ -11,8 +11,9 @@ import yaml
 from pipeline.config import ReadConfig
 from pipeline.readers.files import read_file
 
-ROOT = Path(__file__).resolve().parent
-SAMPLE = ROOT / "data" / "sample"
+from reference_data import SAMPLE
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 XNLI = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
 FW2_FILES = {"ar": "arb_Arab", "bg": "bul_Cyrl", "de": "deu_Latn", "el": "ell_Grek", "es": "spa_Latn",
              "fr": "fra_Latn", "hi": "hin_Deva", "ru": "rus_Cyrl", "sw": "swh_Latn", "th": "tha_Thai",
@@ -106,7 +107,7 @@ def reference_filters(lang: str) -> tuple[Any, Any, Any]:
     if lang == "en":
         return GopherRepetitionFilter(language="eng"), FineWebQualityFilter(language="eng"), GopherQualityFilter(language="eng")
     name = FW2_FILES[lang]
-    c = yaml.safe_load((ROOT / "data" / "fineweb2" / f"{name}.yml").read_text(encoding="utf-8"))
+    c = yaml.safe_load((TESTS / "data" / "fineweb2" / f"{name}.yml").read_text(encoding="utf-8"))
     return (GopherRepetitionFilter(language=name, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
                                    dup_line_frac=c["dup_line_frac"], top_n_grams=c["top_n_grams"],
                                    dup_n_grams=c["dup_n_grams"]),
@@ -134,7 +135,7 @@ def reference_values(lang: str) -> dict[str, Any]:
                 "line_punct_thr": 0.12, "new_line_ratio": 0.3, "char_duplicates_ratio": 0.01, "min_avg_word_length": 3,
                 "max_avg_word_length": 10, "max_non_alpha_words_ratio": 0.8,
                 "stopwords": ["the", "be", "to", "of", "and", "that", "have", "with"]}
-    values = yaml.safe_load((ROOT / "data" / "fineweb2" / f"{FW2_FILES[lang]}.yml").read_text(encoding="utf-8"))
+    values = yaml.safe_load((TESTS / "data" / "fineweb2" / f"{FW2_FILES[lang]}.yml").read_text(encoding="utf-8"))
     return {**values, "char_duplicates_ratio": 0.1}
 
 
