@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -38,7 +37,7 @@ from .runners import forkserver, ledger, prefork
 from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relative_paths, cloud_error, make_runner,
                               pipeline_options)
 from .steps.base import Step
-from .util import faults, locks
+from .util import faults, locks, sources
 from .util.errors import UserError, contained, step_failure
 
 LOG = logging.getLogger(__name__)
@@ -321,47 +320,31 @@ def fingerprint(cfg: CorpusConfig, files: dict[str, int]) -> str:
 
 def code_digest(cfg: CorpusConfig) -> str:
     """sha256 of this package's Python files and of the code the config's steps and their global
-    composites come from (:func:`plugin_files`; a plugin's by module name: the same code at another
-    path is the same): a checkout pulled or fixed between a kill and ``--resume`` (an editable
-    install keeps its version number) would mix the old code's finished tasks with the new code's."""
+    composites come from (a plugin's module and the modules of its own it imports,
+    ``util.sources.own_sources``; by module name: the same code at another path is the same; not
+    an editor's hidden ``.#run.py``): a
+    checkout pulled or fixed between a kill and ``--resume`` (an editable install keeps its version
+    number) would mix the old code's finished tasks with the new code's."""
     import importlib
 
+    package = Path(__file__).resolve().parent
     own = __name__.partition(".")[0]
-    files = _python_files(Path(__file__).resolve().parent, f"{own}/")
+    files = {f"{own}/{path.relative_to(package)}": path.read_bytes() for path in package.rglob("*.py")
+             if path.is_file() and not any(part.startswith(".") for part in path.relative_to(package).parts)}
     for cls in cfg.active_step_classes():
         for name in {cls.__module__, *([cls.transform.partition(":")[0]] if cls.transform else [])}:
-            if name.partition(".")[0] != own:
+            if name.partition(".")[0] == own:
+                continue
+            try:
                 importlib.import_module(name)
-                files.update(plugin_files(name))
+            except Exception as exc:  # noqa: BLE001 (a plugin's module: whatever it raises)
+                raise UserError(f"step {cls.name}: cannot import {name}: {type(exc).__name__}: {exc}") from None
+            files.update(sources.own_sources(name))
     digest = hashlib.sha256()
-    for name, path in sorted(files.items()):
+    for name, data in sorted(files.items()):
         digest.update(f"{name}\0".encode())
-        digest.update(path.read_bytes())
+        digest.update(data)
     return digest.hexdigest()
-
-
-def _python_files(folder: Path, prefix: str) -> dict[str, Path]:
-    """The ``.py`` files under ``folder`` by their path below it after ``prefix`` (not in hidden
-    folders, nor an editor's ``.#run.py``)."""
-    return {f"{prefix}{path.relative_to(folder)}": path for path in folder.rglob("*.py")
-            if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)}
-
-
-def plugin_files(name: str) -> dict[str, Path]:
-    """The files of a plugin step's module ``name`` (imported) and of the helpers it may use, keyed
-    by module path: every ``.py`` file of its top-level package (``acme`` for ``acme.steps.keep``),
-    or, for a module of its own (``myplugins.py``), it and the modules already imported from its
-    folder (``myhelpers.py`` that it imports)."""
-    top = sys.modules[name.partition(".")[0]]
-    if hasattr(top, "__path__"):  # a package (a namespace package has several folders)
-        files: dict[str, Path] = {}
-        for folder in sorted(set(map(str, top.__path__))):
-            files.update(_python_files(Path(folder), f"{top.__name__}/"))
-        return files
-    folder = Path(top.__file__).resolve().parent
-    return {module.__name__: Path(path) for module in list(sys.modules.values())
-            if (path := getattr(module, "__file__", None)) and path.endswith(".py")
-            and Path(path).resolve().parent == folder}
 
 
 def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:

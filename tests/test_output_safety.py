@@ -371,7 +371,7 @@ def test_a_model_or_list_rewritten_since_a_killed_run_ends_its_resume(wet, tmp_p
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 
-def test_code_changed_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypatch):
+def test_code_changed_since_a_killed_run_ends_its_resume(fresh_modules, wet, tmp_path, monkeypatch):
     """A plugin step's module (or this package's code: a pull into an editable install, whose
     version number stays) changed between a kill and ``--resume`` mixed the old code's finished
     tasks with the new code's in one corpus."""
@@ -396,11 +396,23 @@ def test_code_changed_since_a_killed_run_ends_its_resume(wet, tmp_path, monkeypa
     assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before
 
 
-def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(wet, tmp_path, monkeypatch):
-    """A helper a plugin step uses (a module of the plugin's package, even one imported only when a
-    document comes, or a module beside a plugin of one file that it imports) changed between a kill
-    and ``--resume`` mixed the old code's finished tasks with the new code's, as the step's own
-    module did."""
+@pytest.fixture
+def fresh_modules():
+    """The modules a test imports (its plugins) forgotten after it, so that another test's plugin
+    of the same name is imported from its own folder. Asked for before ``monkeypatch``, so that it
+    ends after it: a module ``monkeypatch.delitem`` took out of ``sys.modules`` is put back first."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(fresh_modules, wet, tmp_path,
+                                                                             monkeypatch):
+    """A helper a plugin step uses changed between a kill and ``--resume`` mixed the old code's
+    finished tasks with the new code's, as the step's own module did: a module of the plugin's
+    package imported inside a function, a module beside a plugin of one file, a helper package beside
+    it. A module there that the plugin does not import is not its code, whatever else imported it."""
     from pipeline.config import load_config
     from pipeline.output import fs
     from pipeline.run import fingerprint
@@ -412,23 +424,47 @@ def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(wet,
     package.mkdir(parents=True)
     (tmp_path / "acme" / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
-    (package / "keep.py").write_text(step.format(imports="", body="from acme import words  # noqa: F401"))
+    (package / "keep.py").write_text(step.format(imports="from . import __name__ as _", body="from ..words import STOP"))
     (tmp_path / "acme" / "words.py").write_text("STOP = {'the'}\n")
-    (tmp_path / "myplugins.py").write_text(step.format(imports="import myhelpers  # noqa: F401", body="pass"))
+    (tmp_path / "acme" / "unused.py").write_text("X = 1\n")
+    (tmp_path / "myplugins.py").write_text(step.format(imports="import myhelpers  # noqa: F401",
+                                                       body="from helperpkg import sub"))
     (tmp_path / "myhelpers.py").write_text("LIMIT = 1\n")
-    (tmp_path / "unrelated.py").write_text("X = 1\n")  # beside it, never imported: not its code
+    (tmp_path / "helperpkg").mkdir()
+    (tmp_path / "helperpkg" / "__init__.py").write_text("")
+    (tmp_path / "helperpkg" / "sub.py").write_text("LIMIT = 2\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("acme", "acme.filters", "acme.filters.keep", "acme.words", "myplugins", "myhelpers"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    for plugin, helper in (("acme.filters.keep:Keep", tmp_path / "acme" / "words.py"),
-                           ("myplugins:Keep", tmp_path / "myhelpers.py")):
+    import unrelated  # noqa: F401  (imported by someone else: still not the plugin's code)
+
+    cases = [("acme.filters.keep:Keep", [tmp_path / "acme" / "words.py"], [tmp_path / "acme" / "unused.py"]),
+             ("myplugins:Keep", [tmp_path / "myhelpers.py", tmp_path / "helperpkg" / "sub.py"],
+              [tmp_path / "unrelated.py", tmp_path / "acme" / "words.py"])]
+    for plugin, helpers, others in cases:
         cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
                           [f"input=[{wet}]", "beam_options=[]", f"steps=[lid, '{plugin}']"])
         before = fingerprint(cfg, fs.match_inputs(cfg.input))
-        (tmp_path / "unrelated.py").write_text("X = 2\n")
-        assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before
-        helper.write_text(helper.read_text() + "# fixed\n")
-        assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before, plugin
+        for other in others:
+            other.write_text(other.read_text() + "# elsewhere\n")
+        assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before, plugin
+        for helper in helpers:
+            helper.write_text(helper.read_text() + "# fixed\n")
+            assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before, helper
+            before = fingerprint(cfg, fs.match_inputs(cfg.input))
+
+
+def test_a_plugins_composite_module_that_cannot_be_imported_is_one_line(fresh_modules, wet, tmp_path, monkeypatch,
+                                                                        capsys):
+    """A global plugin step whose ``transform`` names a module that is not there ended the run in a
+    traceback (the run's fingerprint imports it before the graph is built)."""
+    (tmp_path / "gplug.py").write_text(
+        'import dataclasses\nfrom pipeline.steps.base import Step\n\n\n@dataclasses.dataclass\nclass NoConfig:\n'
+        '    pass\n\n\nclass Glob(Step):\n    name = "glob"\n    Config = NoConfig\n    transform = "nosuch_xyz:Build"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["run", "--no-progress", "--input", wet, "--set", "beam_options=[]", "--set", "steps=[lid, 'gplug:Glob']",
+                 "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: step glob: cannot import nosuch_xyz: ModuleNotFoundError: No module named 'nosuch_xyz'\n"
 
 
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
