@@ -339,7 +339,7 @@ def code_digest(cfg: CorpusConfig) -> str:
                 importlib.import_module(name)
             except Exception as exc:  # noqa: BLE001 (a plugin's module: whatever it raises)
                 raise UserError(f"step {cls.name}: cannot import {name}: {type(exc).__name__}: {exc}") from None
-            files.update(sources.own_sources(name))
+            files.update(sources.own_sources(name, skip=frozenset({own})))
     digest = hashlib.sha256()
     for name, data in sorted(files.items()):
         digest.update(f"{name}\0".encode())

@@ -397,60 +397,69 @@ def test_code_changed_since_a_killed_run_ends_its_resume(fresh_modules, wet, tmp
 
 
 @pytest.fixture
-def fresh_modules():
-    """The modules a test imports (its plugins) forgotten after it, so that another test's plugin
-    of the same name is imported from its own folder. Asked for before ``monkeypatch``, so that it
-    ends after it: a module ``monkeypatch.delitem`` took out of ``sys.modules`` is put back first."""
-    before = set(sys.modules)
+def fresh_modules(tmp_path):
+    """The modules a test imports from its ``tmp_path`` (its plugins) forgotten after it, so that
+    another test's plugin of the same name is imported from its own folder. Asked for before
+    ``monkeypatch``, so that it ends after it: a module ``monkeypatch.delitem`` took out of
+    ``sys.modules`` is put back first."""
     yield
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
+    for name, module in list(sys.modules.items()):
+        places = [getattr(module, "__file__", None) or "", *getattr(module, "__path__", [])]
+        if any(str(place).startswith(str(tmp_path)) for place in places):
+            del sys.modules[name]
 
 
 def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(fresh_modules, wet, tmp_path,
                                                                              monkeypatch):
     """A helper a plugin step uses changed between a kill and ``--resume`` mixed the old code's
-    finished tasks with the new code's, as the step's own module did: a module of the plugin's
-    package imported inside a function, a module beside a plugin of one file, a helper package beside
-    it. A module there that the plugin does not import is not its code, whatever else imported it."""
+    finished tasks with the new code's, as the step's own module did: the packages above it, a
+    module of its package imported inside a function (found, not imported: it stays lazy), one by
+    ``importlib.import_module`` with a literal name, one whose file is a link (a strict editable
+    install's); a module beside a plugin of one file, a package beside it. Not its code: a module
+    there it does not import (whatever else imported it), nor an installed one it imports (a
+    package in a virtualenv below its folder)."""
     from pipeline.config import load_config
     from pipeline.output import fs
     from pipeline.run import fingerprint
 
-    step = ('import dataclasses\nfrom pipeline.steps.base import Step\n{imports}\n\n@dataclasses.dataclass\n'
-            'class NoConfig:\n    pass\n\n\nclass Keep(Step):\n    name = "keep"\n    Config = NoConfig\n\n'
-            '    def __call__(self, doc):\n        {body}\n        return doc\n')
-    package = tmp_path / "acme" / "filters"
-    package.mkdir(parents=True)
-    (tmp_path / "acme" / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    (package / "keep.py").write_text(step.format(imports="from . import __name__ as _", body="from ..words import STOP"))
-    (tmp_path / "acme" / "words.py").write_text("STOP = {'the'}\n")
-    (tmp_path / "acme" / "unused.py").write_text("X = 1\n")
-    (tmp_path / "myplugins.py").write_text(step.format(imports="import myhelpers  # noqa: F401",
-                                                       body="from helperpkg import sub"))
-    (tmp_path / "myhelpers.py").write_text("LIMIT = 1\n")
-    (tmp_path / "helperpkg").mkdir()
-    (tmp_path / "helperpkg" / "__init__.py").write_text("")
-    (tmp_path / "helperpkg" / "sub.py").write_text("LIMIT = 2\n")
-    (tmp_path / "unrelated.py").write_text("X = 1\n")
+    step = ('import dataclasses\nimport importlib\nfrom pipeline.steps.base import Step\n{imports}\n\n\n'
+            '@dataclasses.dataclass\nclass NoConfig:\n    pass\n\n\nclass Keep(Step):\n    name = "keep"\n'
+            '    Config = NoConfig\n\n    def __call__(self, doc):\n        {body}\n        return doc\n')
+    files = {"acme/__init__.py": "", "acme/filters/__init__.py": "", "acme/words.py": "STOP = {'the'}\n",
+             "acme/gpu.py": "raise RuntimeError('imported by the fingerprint')\n", "acme/langs/__init__.py": "",
+             "acme/langs/fr.py": "STOP = {'le'}\n", "acme/unused.py": "X = 1\n", "elsewhere/target.py": "Y = 1\n",
+             "myhelpers.py": "LIMIT = 1\n", "helperpkg/__init__.py": "", "helperpkg/sub.py": "LIMIT = 2\n",
+             "unrelated.py": "X = 1\n", "venv/site-packages/heavy/__init__.py": "raise RuntimeError('imported')\n",
+             "acme/filters/keep.py": step.format(
+                 imports="from acme import linked  # noqa: F401",
+                 body="from ..words import STOP\n        from acme import gpu\n"
+                      "        importlib.import_module('acme.langs.fr')"),
+             "myplugins.py": step.format(imports="import myhelpers  # noqa: F401",
+                                         body="from helperpkg import sub\n        import heavy")}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "acme" / "linked.py").symlink_to(tmp_path / "elsewhere" / "target.py")
+    monkeypatch.syspath_prepend(str(tmp_path / "venv" / "site-packages"))
     monkeypatch.syspath_prepend(str(tmp_path))
     import unrelated  # noqa: F401  (imported by someone else: still not the plugin's code)
 
-    cases = [("acme.filters.keep:Keep", [tmp_path / "acme" / "words.py"], [tmp_path / "acme" / "unused.py"]),
-             ("myplugins:Keep", [tmp_path / "myhelpers.py", tmp_path / "helperpkg" / "sub.py"],
-              [tmp_path / "unrelated.py", tmp_path / "acme" / "words.py"])]
+    cases = [("acme.filters.keep:Keep", ["acme/words.py", "acme/gpu.py", "acme/langs/fr.py", "elsewhere/target.py",
+                                         "acme/filters/__init__.py", "acme/__init__.py"], ["acme/unused.py"]),
+             ("myplugins:Keep", ["myhelpers.py", "helperpkg/sub.py", "helperpkg/__init__.py"],
+              ["unrelated.py", "acme/words.py", "venv/site-packages/heavy/__init__.py"])]
     for plugin, helpers, others in cases:
         cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
                           [f"input=[{wet}]", "beam_options=[]", f"steps=[lid, '{plugin}']"])
         before = fingerprint(cfg, fs.match_inputs(cfg.input))
         for other in others:
-            other.write_text(other.read_text() + "# elsewhere\n")
+            (tmp_path / other).write_text((tmp_path / other).read_text() + "# elsewhere\n")
         assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before, plugin
         for helper in helpers:
-            helper.write_text(helper.read_text() + "# fixed\n")
+            (tmp_path / helper).write_text((tmp_path / helper).read_text() + "# fixed\n")
             assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before, helper
             before = fingerprint(cfg, fs.match_inputs(cfg.input))
+        assert not {"acme.gpu", "acme.langs", "heavy"} & set(sys.modules)  # found, not imported
 
 
 def test_a_plugins_composite_module_that_cannot_be_imported_is_one_line(fresh_modules, wet, tmp_path, monkeypatch,
