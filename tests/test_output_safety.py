@@ -3,6 +3,7 @@ live runs, outputs that cannot be written or that lie in the input, the same byt
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -403,21 +404,22 @@ def fresh_modules(tmp_path):
     ``monkeypatch``, so that it ends after it: a module ``monkeypatch.delitem`` took out of
     ``sys.modules`` is put back first."""
     yield
-    for name, module in list(sys.modules.items()):
-        places = [getattr(module, "__file__", None) or "", *getattr(module, "__path__", [])]
-        if any(str(place).startswith(str(tmp_path)) for place in places):
-            del sys.modules[name]
+    from pipeline.util.sources import places
+
+    for name in [name for name in sys.modules if any(place.startswith(str(tmp_path)) for place in places(name))]:
+        del sys.modules[name]
 
 
 def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(fresh_modules, wet, tmp_path,
                                                                              monkeypatch):
     """A helper a plugin step uses changed between a kill and ``--resume`` mixed the old code's
     finished tasks with the new code's, as the step's own module did: the packages above it, a
-    module of its package imported inside a function (found, not imported: it stays lazy), one by
-    ``importlib.import_module`` with a literal name, one whose file is a link (a strict editable
-    install's); a module beside a plugin of one file, a package beside it. Not its code: a module
-    there it does not import (whatever else imported it), nor an installed one it imports (a
-    package in a virtualenv below its folder)."""
+    module of its package imported inside a function (found, not imported: it stays lazy), one in
+    a namespace package within it, one by ``importlib.import_module`` with a literal name, one whose
+    file is a link (a strict editable install's), one not in UTF-8; a module beside a plugin of one
+    file, a package beside it. Not its code: a module there it does not import (whatever else
+    imported it), nor an installed one it imports (a package in a virtualenv below its folder). The
+    same code gives the same fingerprint whether its helpers were imported yet or not."""
     from pipeline.config import load_config
     from pipeline.output import fs
     from pipeline.run import fingerprint
@@ -428,38 +430,43 @@ def test_a_plugins_helper_modules_changed_since_a_killed_run_end_its_resume(fres
     files = {"acme/__init__.py": "", "acme/filters/__init__.py": "", "acme/words.py": "STOP = {'the'}\n",
              "acme/gpu.py": "raise RuntimeError('imported by the fingerprint')\n", "acme/langs/__init__.py": "",
              "acme/langs/fr.py": "STOP = {'le'}\n", "acme/unused.py": "X = 1\n", "elsewhere/target.py": "Y = 1\n",
-             "myhelpers.py": "LIMIT = 1\n", "helperpkg/__init__.py": "", "helperpkg/sub.py": "LIMIT = 2\n",
+             "acme/ns/deeper/y.py": "Y = 1\n", "myhelpers.py": "LIMIT = 1\n", "helperpkg/__init__.py": "", "helperpkg/sub.py": "LIMIT = 2\n",
              "unrelated.py": "X = 1\n", "venv/site-packages/heavy/__init__.py": "raise RuntimeError('imported')\n",
              "acme/filters/keep.py": step.format(
                  imports="from acme import linked  # noqa: F401",
-                 body="from ..words import STOP\n        from acme import gpu\n"
-                      "        importlib.import_module('acme.langs.fr')"),
+                 body="from ..words import STOP\n        from acme import gpu, legacy\n"
+                      "        from acme.ns.deeper import y\n        importlib.import_module('acme.langs.fr')"),
              "myplugins.py": step.format(imports="import myhelpers  # noqa: F401",
                                          body="from helperpkg import sub\n        import heavy")}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     (tmp_path / "acme" / "linked.py").symlink_to(tmp_path / "elsewhere" / "target.py")
+    (tmp_path / "acme" / "legacy.py").write_bytes("# -*- coding: no-such-codec -*-\nNAME = 'caf\u00e9'\n".encode("latin-1"))
     monkeypatch.syspath_prepend(str(tmp_path / "venv" / "site-packages"))
     monkeypatch.syspath_prepend(str(tmp_path))
     import unrelated  # noqa: F401  (imported by someone else: still not the plugin's code)
 
     cases = [("acme.filters.keep:Keep", ["acme/words.py", "acme/gpu.py", "acme/langs/fr.py", "elsewhere/target.py",
-                                         "acme/filters/__init__.py", "acme/__init__.py"], ["acme/unused.py"]),
+                                         "acme/filters/__init__.py", "acme/__init__.py", "acme/ns/deeper/y.py",
+                                         "acme/legacy.py"], ["acme/unused.py"], ["acme.words", "acme.ns.deeper.y"]),
              ("myplugins:Keep", ["myhelpers.py", "helperpkg/sub.py", "helperpkg/__init__.py"],
-              ["unrelated.py", "acme/words.py", "venv/site-packages/heavy/__init__.py"])]
-    for plugin, helpers, others in cases:
+              ["unrelated.py", "acme/words.py", "venv/site-packages/heavy/__init__.py"], ["helperpkg.sub"])]
+    for plugin, helpers, others, lazy in cases:
         cfg = load_config(None, {"runner": "DaskRunner", "output": str(tmp_path / "out")},
                           [f"input=[{wet}]", "beam_options=[]", f"steps=[lid, '{plugin}']"])
         before = fingerprint(cfg, fs.match_inputs(cfg.input))
+        for module in lazy:  # as a run's document would import them
+            importlib.import_module(module)
+        assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before, lazy
         for other in others:
             (tmp_path / other).write_text((tmp_path / other).read_text() + "# elsewhere\n")
         assert fingerprint(cfg, fs.match_inputs(cfg.input)) == before, plugin
         for helper in helpers:
-            (tmp_path / helper).write_text((tmp_path / helper).read_text() + "# fixed\n")
+            (tmp_path / helper).write_bytes((tmp_path / helper).read_bytes() + b"# fixed\n")
             assert fingerprint(cfg, fs.match_inputs(cfg.input)) != before, helper
             before = fingerprint(cfg, fs.match_inputs(cfg.input))
-        assert not {"acme.gpu", "acme.langs", "heavy"} & set(sys.modules)  # found, not imported
+        assert not {"acme.gpu", "acme.langs", "acme.legacy", "heavy"} & set(sys.modules)  # found, not imported
 
 
 def test_a_plugins_composite_module_that_cannot_be_imported_is_one_line(fresh_modules, wet, tmp_path, monkeypatch,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.machinery
 import importlib.util
 import os
 import site
 import sys
 import sysconfig
 from importlib.machinery import ModuleSpec
+from typing import Any
 
 
 def own_sources(name: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes]:
@@ -28,27 +28,32 @@ def own_sources(name: str, skip: frozenset[str] = frozenset()) -> dict[str, byte
     first = _find(name)
     if first is None:
         return {}
+    name = first.name or name  # (``__main__`` run by ``python -m acme.cli``: acme.cli)
     top = name.partition(".")[0]
-    beside = None if "." in name or first.submodule_search_locations is not None else _folder_of(first)
+    beside = ""  # a one-file plugin's folder, where not that of installed or standard modules
+    if "." not in name and first.submodule_search_locations is None and first.origin and first.has_location:
+        folder = os.path.dirname(os.path.abspath(first.origin))
+        beside = "" if folder in _shared_folders() else folder
     sources: dict[str, bytes] = {}
     parts = name.split(".")
     todo, seen = [name, *(".".join(parts[:i]) for i in range(1, len(parts)))], set()
     while todo:
         module = todo.pop()
-        if module in seen or module.partition(".")[0] in skip:
+        head = module.partition(".")[0]
+        if module in seen or head in skip:
             continue
         seen.add(module)
-        if not _own(module, top, beside):
+        if head != top and not (beside and _beside(head, _find(head), beside)):  # (found, not imported)
             continue
         spec = first if module == name else _find(module)
-        if spec is None:
+        if spec is None or (head != top and not _beside(module, spec, beside)):
             continue
         data = _read(spec)
         if data is not None:
             sources[module] = data
-        source = _source(spec, module)
+        source = _source(spec)
         if source is not None:
-            todo.extend(imported(source, module, spec.submodule_search_locations is not None))
+            todo.extend(imported(source, spec.name, spec.submodule_search_locations is not None))
     return sources
 
 
@@ -59,7 +64,7 @@ def imported(source: bytes | str, module: str, is_package: bool) -> list[str]:
     Unparsable source gives none."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except Exception:  # noqa: BLE001 (SyntaxError, ValueError; RecursionError, MemoryError on deep nesting)
         return []
     package = module if is_package else module.rpartition(".")[0]
     names: list[str] = []
@@ -86,48 +91,81 @@ def imported(source: bytes | str, module: str, is_package: bool) -> list[str]:
     return names
 
 
-def _own(module: str, top: str, beside: str | None) -> bool:
-    """Whether ``module`` is the author's own: of the top-level package ``top``, or, for a plugin of
-    one file in folder ``beside`` (None for a package's), a module or package right beside it there
-    (not where installed or standard modules are)."""
-    first = module.partition(".")[0]
-    if first == top:
-        return True
-    if beside is None or beside in _shared_folders():
+def _beside(module: str, spec: ModuleSpec | None, folder: str) -> bool:
+    """Whether ``module`` lies right beside a one-file plugin in ``folder``: a module there, a
+    package there or in one (each of a namespace package's portions counted apart)."""
+    if spec is None:
         return False
-    spec = _find(first)  # (a top-level name: found, not imported)
-    return spec is not None and _folder_of(spec) == beside
+    root = os.path.join(folder, module.partition(".")[0])
+    return any(place == root or place.startswith(root + os.sep)
+               or ("." not in module and os.path.dirname(place) == folder) for place in _places(spec))
+
+
+def places(module: str) -> list[str]:
+    """Where ``module`` lies (its file, or a package's folders), found as the import would find it
+    now; none where it cannot be found."""
+    spec = _find(module)
+    return [] if spec is None else _places(spec)
+
+
+def _places(spec: ModuleSpec) -> list[str]:
+    """Where a module lies: its file, or a package's folders."""
+    if spec.origin and spec.has_location:
+        return [os.path.abspath(spec.origin)]
+    return [os.path.abspath(place) for place in _listed(spec.submodule_search_locations)]
+
+
+def _listed(locations: Any) -> list[str]:
+    """A package's folders as a list (a namespace package's, whose parent is not imported, too)."""
+    if locations is None:
+        return []
+    try:
+        return list(locations)
+    except Exception:  # noqa: BLE001 (a _NamespacePath recalculates from its parent in sys.modules)
+        return list(getattr(locations, "_path", []))
 
 
 def _find(module: str) -> ModuleSpec | None:
-    """Where ``module`` is loaded from, without importing it or its parent packages (an imported
-    one's own spec; a script's ``__main__``: its file), or None where it cannot be found."""
-    loaded = sys.modules.get(module)
-    if loaded is not None:
-        spec = getattr(loaded, "__spec__", None)
-        if spec is None and getattr(loaded, "__file__", None):
-            spec = importlib.util.spec_from_file_location(module, loaded.__file__)
-        return spec
-    parent, _, last = module.rpartition(".")
+    """Where ``module`` is loaded from, as the import system would find it now, without importing
+    it or its parent packages (an imported one's own spec, read without loading a lazily loaded
+    module; a script's ``__main__``: its file), or None where it cannot be found."""
     try:
-        if not parent:
-            return importlib.util.find_spec(module)  # a top-level name: finders only, nothing imported
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            spec, file = _attribute(loaded, "__spec__"), _attribute(loaded, "__file__")
+            if spec is None and file:
+                spec = importlib.util.spec_from_file_location(module, file)
+            return spec
+        parent = module.rpartition(".")[0]
+        if not parent or parent in sys.modules:  # nothing to import: every finder asked, as an import asks
+            return importlib.util.find_spec(module)
         above = _find(parent)
         if above is None or above.submodule_search_locations is None:
             return None
-        return importlib.machinery.PathFinder.find_spec(module, list(above.submodule_search_locations))
+        path = _listed(above.submodule_search_locations)
+        for finder in sys.meta_path:
+            try:
+                spec = finder.find_spec(module, path, None)
+            except Exception:  # noqa: BLE001 (a namespace package's: its _NamespacePath reads its parent in sys.modules)
+                spec = None
+            if spec is not None:
+                return spec
+        portions = [folder for place in path if os.path.isdir(folder := os.path.join(place, module.rpartition(".")[2]))]
+        if not portions:
+            return None
+        namespace = ModuleSpec(module, None, is_package=True)  # (what the import would make of these folders)
+        namespace.submodule_search_locations = portions
+        return namespace
     except Exception:  # noqa: BLE001 (a finder's own errors: not findable)
         return None
 
 
-def _folder_of(spec: ModuleSpec) -> str | None:
-    """The folder a module of one file lies in, or the folder above a package's."""
-    if spec.submodule_search_locations is not None:
-        places = list(spec.submodule_search_locations)
-        return os.path.dirname(os.path.abspath(places[0])) if places else None
-    if spec.origin and spec.has_location:
-        return os.path.dirname(os.path.abspath(spec.origin))
-    return None
+def _attribute(module: Any, name: str) -> Any:
+    """A module's attribute as it is set (a lazily loaded module is not loaded by reading it)."""
+    try:
+        return object.__getattribute__(module, name)
+    except AttributeError:
+        return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,17 +183,17 @@ def _read(spec: ModuleSpec) -> bytes | None:
         return None
     try:
         return get_data(spec.origin)
-    except OSError:
+    except Exception:  # noqa: BLE001 (OSError; a zip archive's ZipImportError)
         return None
 
 
-def _source(spec: ModuleSpec, module: str) -> str | None:
+def _source(spec: ModuleSpec) -> str | None:
     """The module's Python source, or None (an extension module, a loader that has none, a file
     that cannot be decoded)."""
     get_source = getattr(spec.loader, "get_source", None)
     if get_source is None:
         return None
     try:
-        return get_source(module)
+        return get_source(spec.name)
     except Exception:  # noqa: BLE001 (ImportError, SyntaxError for a bad encoding line, UnicodeDecodeError)
         return None
