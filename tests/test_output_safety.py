@@ -483,6 +483,44 @@ def test_a_plugins_composite_module_that_cannot_be_imported_is_one_line(fresh_mo
     assert err == "error: step glob: cannot import nosuch_xyz: ModuleNotFoundError: No module named 'nosuch_xyz'\n"
 
 
+def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(wet, tmp_path, monkeypatch):
+    """The commit moved the new files over the old corpus while their bytes could still be in the
+    page cache only: a machine crashing within the kernel's 30 s of write-out would find the old
+    corpus gone and new files cut short. Now every staged file, then its folder, then the commit's
+    marker is fsynced before the first move."""
+    out = tmp_path / "out"
+    args = ["run", "--no-progress", "--input", wet, "--set", "beam_options=[]", "--set", "steps=[lid]", "--output", str(out)]
+    assert main(args) == 0  # a previous good corpus
+    args.append("--overwrite")
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def noted_fsync(descriptor: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    def noted_replace(source: str, dest: str) -> None:
+        events.append(("replace", str(dest)))
+        replace(source, dest)
+
+    monkeypatch.setattr(os, "fsync", noted_fsync)
+    monkeypatch.setattr(os, "replace", noted_replace)
+    assert main(args) == 0
+    monkeypatch.undo()
+    marker = next(i for i, (kind, path) in enumerate(events) if kind == "replace" and path.endswith("/_COMMIT.json"))
+    staging = os.path.dirname(events[marker][1])
+    moves = [i for i, (kind, path) in enumerate(events) if kind == "replace" and path.startswith(f"{out}/")
+             and not path.startswith(f"{staging}/")]
+    synced = {path: i for i, (kind, path) in reversed(list(enumerate(events))) if kind == "fsync"}
+    corpus = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert moves and len(corpus) >= 5 and marker < min(moves)
+    for rel in corpus:
+        assert synced[os.path.join(staging, rel)] < marker, rel  # the file's bytes
+        assert synced[os.path.dirname(os.path.join(staging, rel))] < marker, rel  # its name in its folder
+    assert any(kind == "fsync" and "_COMMIT.json.tmp-" in path for kind, path in events[:marker])
+    assert ("fsync", staging) in events[marker:min(moves)]  # the marker's own name
+
+
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
     """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
     from pipeline.config import load_config

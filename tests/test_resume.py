@@ -255,3 +255,48 @@ def test_a_start_time_that_is_no_number_is_one_line(tmp_path):
     cfg = load_config("configs/corpus/sample.yaml", {"output": str(out), "runner": "DaskRunner"}, [])
     with pytest.raises(UserError, match=r"says it started at a time that is no number \(1.0, None\)"):
         resumable(cfg, "f", True)
+
+
+def test_a_tasks_files_and_then_its_marker_are_on_the_disk_before_the_marker_is_named(sample, tmp_path):
+    """On a machine that crashes (not a killed process), a task's marker could outlive its files'
+    bytes, still in the page cache: a resumed run would reuse a task whose files were cut short, or
+    read a marker of no bytes. Traced (strace, every process): before each marker is renamed into
+    place, every file its task wrote (its stage files and the shards its sink wrote) was fsynced
+    after its own rename, and the marker's bytes too."""
+    import re
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace not installed (Debian: strace)")
+    trace = tmp_path / "trace"
+    done = subprocess.run([strace, "-f", "-y", "-qq", "-e", "trace=fsync,rename", "-o", str(trace),
+                           sys.executable, "-m", "pipeline", "run", "--no-progress", "--input",
+                           str(sample / "wet" / "sample-00000.warc.wet.gz"), "--set",
+                           "beam_options=[]", "--set", "steps=[dedup, lid]", "--runner", "DaskRunner",
+                           "--dask_num_workers", "1", "--output", str(tmp_path / "out"),
+                           "--temp_location", str(tmp_path / "temp")], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = []  # (thread, kind, path): fsync of a file or folder, rename to a path
+    for line in trace.read_text().splitlines():
+        if found := re.match(r'(\d+) +fsync\(\d+<(.*)>\) += 0', line):
+            events.append((found[1], "fsync", found[2]))
+        elif found := re.match(r'(\d+) +rename\("(.*)", "(.*)"\) += 0', line):
+            events.append((found[1], "rename", found[3]))
+            events.append((found[1], "from", found[2]))
+    markers = [i for i, (_, kind, path) in enumerate(events) if kind == "rename" and re.search(r"/tasks/s\d+-\d+\.json$", path)]
+    assert len(markers) >= 4, done.stderr[-3000:]
+    shards = 0
+    for m in markers:
+        thread = events[m][0]
+        previous = max([i for i in markers if i < m and events[i][0] == thread], default=-1)
+        source = events[m + 1][2]
+        assert any(e == (thread, "fsync", source) for e in events[previous + 1:m]), events[m]  # the marker's bytes
+        written = [(i, path) for i, (t, kind, path) in enumerate(events[:m]) if i > previous and t == thread
+                   and kind == "rename"]
+        for i, path in written:
+            assert (thread, "fsync", path) in events[i + 1:m], (path, events[m][2])
+        shards += sum("lang=" in path for _, path in written)
+    assert shards >= 1  # a sink's files are the task's too

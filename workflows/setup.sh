@@ -18,8 +18,8 @@ DEBS=(cmake build-essential libboost-program-options-dev libboost-system-dev lib
 FLINK_VERSION=1.19.3  # the cluster; Beam's Flink 1.19 job server (java/flink-job-server) talks to it
 SPARK_VERSION=3.5.7   # the cluster and the Spark job server's client (java/pom.xml's spark.version)
 FAKE_GCS_VERSION=1.56.1  # fake-gcs-server, for the tests of GCS's conditional writes
-TEST_DEBS=(openssh-server pdsh chromium libmagic1)  # for tests: sshd + pdsh (multi-node launch), headless
-# Chromium (reports); libmagic for datatrove's WarcReader in bench_pipeline.py
+TEST_DEBS=(openssh-server pdsh chromium libmagic1 strace)  # for tests: sshd + pdsh (multi-node launch), headless
+# Chromium (reports); libmagic for datatrove's WarcReader in bench_pipeline.py; strace (the ledger's fsyncs)
 
 say() { echo "[setup] $*"; }
 

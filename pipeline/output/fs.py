@@ -1,6 +1,7 @@
 """File access through Beam's FileSystems, so every path may be local, gs:// or s3://."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import gzip
@@ -11,11 +12,12 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator
 
 from ..util import faults
 from . import stores
@@ -219,18 +221,18 @@ def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> d
     return data
 
 
-def write_json(path: str | Path, obj: Any, compact: bool = False) -> None:
+def write_json(path: str | Path, obj: Any, compact: bool = False, durable: bool = False) -> None:
     """``obj`` as JSON with sorted keys, written whole: indented, with a final newline, for people to
     read, or ``compact`` (ASCII, one line: the runs' many small markers). Locally through
-    :func:`write_atomic`; on a bucket in one upload (:func:`put_object`), which replaces an object
-    at once without write_atomic's temporary object (its copy and delete)."""
+    :func:`write_atomic` (``durable`` as there); on a bucket in one upload (:func:`put_object`), which
+    replaces an object at once without write_atomic's temporary object (its copy and delete)."""
     text = (json.dumps(obj, sort_keys=True) if compact else
             json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     if not is_local(str(path)):
         check_file(str(path))
         put_object(str(path), text.encode("utf-8"))
         return
-    write_atomic(str(path), lambda stream: stream.write(text.encode("utf-8")))
+    write_atomic(str(path), lambda stream: stream.write(text.encode("utf-8")), durable)
 
 
 def sha256(path: str, decompressed: bool = False) -> str:
@@ -251,9 +253,11 @@ def exists(path: str) -> bool:
     return beam_filesystems().exists(path)
 
 
-def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
+def write_atomic(path: str, write: Callable[[BinaryIO], None], durable: bool = False) -> None:
     """Write through ``write(stream)`` to a temporary name beside ``path``, then rename; a write that
-    fails leaves no temporary file. A reader finds the old file or the new one, never none (:func:`_move`)."""
+    fails leaves no temporary file. A reader finds the old file or the new one, never none (:func:`_move`).
+    ``durable``: locally, the file's bytes are on the disk before the rename and the rename after
+    it (:func:`make_durable`), so that a machine that crashes finds the old file or the whole new one."""
     from apache_beam.io.filesystem import CompressionTypes
 
     check_file(path)
@@ -263,10 +267,44 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     try:
         with beam_filesystems().create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             write(stream)
+        if durable:
+            make_durable([tmp], folders=False)
     except BaseException:
         delete([tmp])
         raise
     _move(tmp, path)
+    if durable:
+        make_durable([path], files=False)
+    if (noted := getattr(_WRITTEN, "files", None)) is not None:
+        noted.append(path)
+
+
+_WRITTEN = threading.local()  # .files: where this thread's writes are noted (:func:`written_files`)
+
+
+@contextlib.contextmanager
+def written_files() -> Iterator[list[str]]:
+    """The files :func:`write_atomic` writes in this thread within the block, to make them durable
+    together (:func:`make_durable`) before a marker says they are whole."""
+    files: list[str] = []
+    outer, _WRITTEN.files = getattr(_WRITTEN, "files", None), files
+    try:
+        yield files
+    finally:
+        _WRITTEN.files = outer
+
+
+def make_durable(paths: Iterable[str], files: bool = True, folders: bool = True) -> None:
+    """Local files' bytes (``files``) and the entries naming them in their folders (``folders``) on
+    the disk (``fsync``), not only in the page cache: after this a machine that crashes, or loses
+    power, finds them whole. A file in a bucket is durable once its write returned: nothing to do."""
+    local = [path for path in paths if is_local(path)]
+    for path in [*(local if files else []), *(sorted({os.path.dirname(p) or "." for p in local}) if folders else [])]:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def put_object(path: str, data: bytes) -> None:

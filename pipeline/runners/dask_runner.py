@@ -247,16 +247,18 @@ def run_stage(mark: Mark | None, items: list[Any] | Pieces, stage: bytes, slots:
     """One partition through a fused stage as one bundle (:func:`run_bundle`); returns each slot's
     file, written here as Beam's fused stages end in their shuffle write: for a GroupByKey's input,
     split by key (:func:`split_by_key`). With ``mark``, recorded in the task ledger: a marker once
-    the files are complete (elements in and out, seconds, shuffle traffic), a failure marker with
-    the error's last line if it raised."""
+    the files it wrote are complete and on the disk (elements in and out, seconds, shuffle traffic),
+    a failure marker with the error's last line if it raised."""
     if mark is None:
         return _write_slots(run_bundle(load(items), stage, len(slots), side_values), slots)
     faults.fault_point("POLYGLOT_FAULT", f"task:{mark.label}", mark.task)
     start = time.perf_counter()
     try:
-        elements = load(items)
-        out = run_bundle(elements, stage, len(slots), side_values)
-        outputs = _write_slots(out, slots)
+        with fs.written_files() as written:  # its stage files and its sinks' (shards, records)
+            elements = load(items)
+            out = run_bundle(elements, stage, len(slots), side_values)
+            outputs = _write_slots(out, slots)
+        fs.make_durable(written)
     except Exception as exc:
         ledger.record_failure(mark.folder, mark.stage, mark.task, exc)
         raise

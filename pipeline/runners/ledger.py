@@ -12,7 +12,9 @@
 <folder>/out-*                         the stages' files (the shuffle)
 ```
 
-A marker is written (atomically) only after every output file of its task is complete, so a
+A marker is written (atomically) only after every output file of its task is complete, and
+locally only once those files and then the marker are on the disk (``fsync``: a machine that
+crashes, not only a killed process, leaves no marker of a task whose files were cut short), so a
 driver started again on the same folder runs only the tasks without one (``pipeline run
 --resume``), and ``python -m pipeline status`` reads how far a run is from these files alone.
 """
@@ -62,7 +64,7 @@ class Plan:
 
 
 def write_plan(folder: str, plan: Plan) -> None:
-    fs.write_json(fs.join(folder, PLAN), dataclasses.asdict(plan), compact=True)
+    fs.write_json(fs.join(folder, PLAN), dataclasses.asdict(plan), compact=True, durable=True)
 
 
 def read_plan(folder: str) -> Plan | None:
@@ -87,8 +89,10 @@ def _index(path: str) -> tuple[int, int]:
 
 
 def record(folder: str, stage: int, task: int, entry: dict[str, Any]) -> None:
-    """Task ``task`` of stage ``stage`` finished with ``entry`` (outputs, counts, attempt)."""
-    fs.write_json(marker(folder, stage, task), entry, compact=True)
+    """Task ``task`` of stage ``stage`` finished with ``entry`` (outputs, counts, attempt): its
+    marker, on the disk before its name (a machine that crashes leaves no marker cut short; the
+    task's own files are made durable before, ``dask_runner.run_stage``)."""
+    fs.write_json(marker(folder, stage, task), entry, compact=True, durable=True)
 
 
 def record_failure(folder: str, stage: int, task: int, error: BaseException) -> None:
@@ -119,7 +123,7 @@ def failures(folder: str) -> dict[tuple[int, int], str]:
 
 def write_inputs(folder: str, create: str, files: dict[str, int]) -> None:
     """The Create ``create`` lists the input ``files`` (path: size), in this order."""
-    fs.write_json(fs.join(folder, INPUTS), {"create": create, "files": list(files.items())}, compact=True)
+    fs.write_json(fs.join(folder, INPUTS), {"create": create, "files": list(files.items())}, compact=True, durable=True)
 
 
 def read_inputs(folder: str) -> tuple[str, list[int]] | None:
