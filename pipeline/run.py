@@ -566,7 +566,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
                 "fingerprint": digest, "task_folder": task_folder(options, staging.rstrip("/").rsplit(STAGING, 1)[1]),
                 "started": time.time()}
             if not continued:  # a resumed run's state is as it was: rewritten, a bucket lost it for a moment
-                fs.write_json(fs.join(staging, RUN_STATE), state, compact=True)
+                fs.write_json(fs.join(staging, RUN_STATE), state, compact=True, durable=True)  # (it finds the ledger)
             ledger.write_inputs(state["task_folder"], INPUT_LABEL, files)
             flags = [f"--dask_task_folder={state['task_folder']}", *([] if cfg.progress else ["--dask_progress_interval=0"])]
             cfg = dataclasses.replace(cfg, beam_options=[*cfg.beam_options, *flags])

@@ -521,6 +521,29 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
     assert ("fsync", staging) in events[marker:min(moves)]  # the marker's own name
 
 
+def test_a_file_system_that_cannot_sync_a_folder_still_commits(tmp_path, monkeypatch):
+    """Some file systems (network and shared folders) answer a folder's fsync with EINVAL: a run there
+    would fail at every task and commit. A folder is left as it is then; a file's failure is an error."""
+    import errno
+
+    from pipeline.output import fs
+
+    (tmp_path / "a").write_bytes(b"x")
+    fsync = os.fsync
+
+    def no_folder_sync(descriptor: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{descriptor}"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", no_folder_sync)
+    fs.make_durable([str(tmp_path / "a")])
+    fs.write_json(str(tmp_path / "b.json"), {"x": 1}, durable=True)
+    monkeypatch.setattr(os, "fsync", lambda descriptor: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(OSError, match="I/O error"):
+        fs.make_durable([str(tmp_path / "a")])
+
+
 def test_a_home_folder_tilde_is_expanded_in_every_path(wet, tmp_path, monkeypatch):
     """``output: ~/corpus`` or ``--output=~/corpus`` (which no shell expands) wrote to ``./~/corpus``."""
     from pipeline.config import load_config

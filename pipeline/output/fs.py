@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import glob
 import gzip
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator
 
@@ -297,14 +299,40 @@ def written_files() -> Iterator[list[str]]:
 def make_durable(paths: Iterable[str], files: bool = True, folders: bool = True) -> None:
     """Local files' bytes (``files``) and the entries naming them in their folders (``folders``) on
     the disk (``fsync``), not only in the page cache: after this a machine that crashes, or loses
-    power, finds them whole. A file in a bucket is durable once its write returned: nothing to do."""
+    power, finds them whole. A file in a bucket is durable once its write returned: nothing to do.
+    The files are synced by a few threads at once (``fsync`` waits for the disk, not the CPU), then
+    the folders; a file system that cannot sync a folder (EINVAL, ENOTSUP, ENOSYS: some network and
+    shared folders) leaves it as it is, one it cannot open for reading too."""
     local = [path for path in paths if is_local(path)]
-    for path in [*(local if files else []), *(sorted({os.path.dirname(p) or "." for p in local}) if folders else [])]:
+    if files:
+        _each(_fsync, local)
+    if folders:
+        _each(functools.partial(_fsync, folder=True), sorted({os.path.dirname(p) or "." for p in local}))
+
+
+def _each(call: Callable[[str], None], paths: list[str]) -> None:
+    """``call`` on every path, by a few threads where there are several."""
+    if len(paths) < 2:
+        for path in paths:
+            call(path)
+        return
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(call, paths))
+
+
+_NO_FOLDER_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EACCES, errno.EPERM}
+
+
+def _fsync(path: str, folder: bool = False) -> None:
+    try:
         descriptor = os.open(path, os.O_RDONLY)
         try:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+    except OSError as exc:
+        if not (folder and exc.errno in _NO_FOLDER_SYNC):
+            raise
 
 
 def put_object(path: str, data: bytes) -> None:
