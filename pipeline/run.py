@@ -280,7 +280,7 @@ def take_output(final: str) -> Callable[[], None]:
         release()
         raise UserError(f"output {final}: cannot lock {os.path.join(final, RUN_LOCK)}: {exc.strerror}") from None
     if not lock.held:
-        named = locks.owner(lock.path)
+        named = locks.owner(lock.path, wait_s=1.0)  # (a run that took it this moment names itself next)
         raise another_run(final, named_process(*named) if named else "a run that starts now")
     return functools.partial(release, lock)
 

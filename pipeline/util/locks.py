@@ -9,6 +9,7 @@ import fcntl
 import os
 import socket
 import stat
+import time
 from typing import Callable
 
 LOCK_FILE = ".lock"
@@ -97,15 +98,20 @@ def has_lock_file(folder: str) -> bool:
     return os.path.lexists(os.path.join(folder, LOCK_FILE))
 
 
-def owner(path: str) -> tuple[str, int] | None:
+def owner(path: str, wait_s: float = 0.0) -> tuple[str, int] | None:
     """The host and process id that lock file ``path`` names; None where it names none (no lock file,
-    one being made, or not ours)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as lock:
-            host, pid = lock.read(4096).split()
-        return host, int(pid)
-    except (OSError, ValueError):
-        return None
+    one being made, or not ours), after waiting up to ``wait_s`` seconds for one being made (its
+    holder locks it, then writes its name) to name its holder."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as lock:
+                host, pid = lock.read(4096).split()
+            return host, int(pid)
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
 
 
 def abandoned(folder: str) -> bool:
