@@ -89,9 +89,10 @@ def commit(staging: str, final: str, stale: list[str]) -> None:
     """Replace the corpus in ``final`` by the complete one in ``staging``: first a marker in the
     staging folder lists every move and deletion, then they are done, then the staging folder goes.
     A process killed during the moves leaves the marker, and :func:`recover` finishes the job.
-    Locally the new files and then the marker are on the disk before the first move: a machine that
-    crashes during or soon after the moves (the kernel writes files out up to 30 s after) finds the
-    new corpus whole, not the old one deleted for files cut short."""
+    Locally the new files (with the folders above them) and then the marker are on the disk before
+    the first move, and the moves before the marker goes: a machine that crashes during or soon
+    after the moves (the kernel writes files out up to 30 s after) finds the new corpus whole, not
+    the old one deleted for files cut short."""
     staged = corpus_files(staging)
     plan = {"moves": [fs.relative(p, staging) for p in staged], "delete": [fs.relative(p, final) for p in stale]}
     faults.fault_point("POLYGLOT_FAULT", "commit", 0)

@@ -486,14 +486,16 @@ def test_a_plugins_composite_module_that_cannot_be_imported_is_one_line(fresh_mo
 def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(wet, tmp_path, monkeypatch):
     """The commit moved the new files over the old corpus while their bytes could still be in the
     page cache only: a machine crashing within the kernel's 30 s of write-out would find the old
-    corpus gone and new files cut short. Now every staged file, then its folder, then the commit's
-    marker is fsynced before the first move."""
+    corpus gone and new files cut short. Now every staged file, then its folder and every folder
+    above (a language's folder the run made is lost in a crash unless its own entry is synced too),
+    then the commit's marker is fsynced before the first move, and the moved files' folders before
+    the staging folder with its marker goes."""
     out = tmp_path / "out"
     args = ["run", "--no-progress", "--input", wet, "--set", "beam_options=[]", "--set", "steps=[lid]", "--output", str(out)]
     assert main(args) == 0  # a previous good corpus
     args.append("--overwrite")
     events: list[tuple[str, str]] = []
-    fsync, replace = os.fsync, os.replace
+    fsync, replace, rmtree = os.fsync, os.replace, shutil.rmtree
 
     def noted_fsync(descriptor: int) -> None:
         events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
@@ -503,8 +505,13 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
         events.append(("replace", str(dest)))
         replace(source, dest)
 
+    def noted_rmtree(path: str, *args: object, **kwargs: object) -> None:
+        events.append(("rmtree", str(path)))
+        rmtree(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "fsync", noted_fsync)
     monkeypatch.setattr(os, "replace", noted_replace)
+    monkeypatch.setattr(shutil, "rmtree", noted_rmtree)
     assert main(args) == 0
     monkeypatch.undo()
     marker = next(i for i, (kind, path) in enumerate(events) if kind == "replace" and path.endswith("/_COMMIT.json"))
@@ -516,9 +523,13 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
     assert moves and len(corpus) >= 5 and marker < min(moves)
     for rel in corpus:
         assert synced[os.path.join(staging, rel)] < marker, rel  # the file's bytes
-        assert synced[os.path.dirname(os.path.join(staging, rel))] < marker, rel  # its name in its folder
+        unsynced = [f for f in Path(staging, rel).parents if synced.get(str(f), marker) >= marker]
+        assert unsynced == [], rel  # its name in its folder, and each folder's in the one above, up to /
     assert any(kind == "fsync" and "_COMMIT.json.tmp-" in path for kind, path in events[:marker])
     assert ("fsync", staging) in events[marker:min(moves)]  # the marker's own name
+    removed = events.index(("rmtree", staging))
+    after_moves = {path for kind, path in events[max(moves):removed] if kind == "fsync"}
+    assert {str(out / rel.parent) for rel in corpus} | {str(out)} <= after_moves  # the moves, before the marker goes
 
 
 def test_a_file_system_that_cannot_sync_a_folder_still_commits(tmp_path, monkeypatch):

@@ -300,14 +300,19 @@ def make_durable(paths: Iterable[str], files: bool = True, folders: bool = True)
     """Local files' bytes (``files``) and the entries naming them in their folders (``folders``) on
     the disk (``fsync``), not only in the page cache: after this a machine that crashes, or loses
     power, finds them whole. A file in a bucket is durable once its write returned: nothing to do.
+    With ``folders``, every folder above a file is synced too, up to the file system's root: a folder
+    this run made (a language's, a staging folder) is found after a crash only if its own entry in
+    its parent is on the disk as well (a folder nothing changed in takes about 40 us here).
     The files are synced by a few threads at once (``fsync`` waits for the disk, not the CPU), then
-    the folders; a file system that cannot sync a folder (EINVAL, ENOTSUP, ENOSYS: some network and
-    shared folders) leaves it as it is, one it cannot open for reading too."""
-    local = [path for path in paths if is_local(path)]
+    the folders, the deepest first; a file system that cannot sync a folder (EINVAL, ENOTSUP, ENOSYS:
+    some network and shared folders) leaves it as it is, one it cannot open for reading too."""
+    local = [os.path.abspath(path) for path in paths if is_local(path)]
     if files:
         _each(_fsync, local)
     if folders:
-        _each(functools.partial(_fsync, folder=True), sorted({os.path.dirname(p) or "." for p in local}))
+        above = {str(folder) for path in local for folder in Path(path).parents}
+        for depth in sorted({folder.count(os.sep) for folder in above}, reverse=True):
+            _each(functools.partial(_fsync, folder=True), sorted(f for f in above if f.count(os.sep) == depth))
 
 
 def _each(call: Callable[[str], None], paths: list[str]) -> None:
@@ -378,11 +383,12 @@ def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -
     """Move the ``staged`` files (below ``staging``) to the same places below ``target``, then delete
     the ``old`` files of ``target`` that the new ones do not replace: the old files that no new one
     replaces stay readable until every new one is in place, and locally an old file until the new
-    one in its place is (:func:`_move`)."""
+    one in its place is (:func:`_move`); locally the moves are on the disk before ``staging`` goes."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
     for n, (source, dest) in enumerate(sorted(moves.items())):
         faults.fault_point("POLYGLOT_FAULT", "replace", n)
         _move(source, dest)
+    make_durable(moves.values(), files=False)  # the moves on the disk before the folder (a commit's marker) goes
     delete(sorted(set(old) - set(moves.values())))
     remove_folder(staging)
 
