@@ -532,6 +532,21 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
     assert {str(out / rel.parent) for rel in corpus} | {str(out)} <= after_moves  # the moves, before the marker goes
 
 
+def test_a_steps_own_writes_in_its_chunk_thread_are_its_tasks(tmp_path):
+    """A DaskRunner task makes the files written in it durable before its marker (``fs.written_files``);
+    a step's chunks run in a thread of their own (``OwnArena``), whose writes were not noted: a crash
+    could leave a marker naming files cut short. The chunk thread runs in the caller's context."""
+    from pipeline.output import fs
+    from pipeline.util.memory import OwnArena
+
+    arena, path = OwnArena(), str(tmp_path / "side" / "written.bin")
+    with fs.written_files() as written:
+        arena.run(fs.write_atomic, path, lambda stream: stream.write(b"x"))
+    arena.run(fs.write_atomic, str(tmp_path / "later.bin"), lambda stream: stream.write(b"y"))  # no block: not noted
+    arena.close()
+    assert written == [path]
+
+
 def test_a_file_system_that_cannot_sync_a_folder_still_commits(tmp_path, monkeypatch):
     """Some file systems (network and shared folders) answer a folder's fsync with EINVAL: a run there
     would fail at every task and commit. A folder is left as it is then; a file's failure is an error."""

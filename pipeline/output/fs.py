@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import functools
 import glob
@@ -13,7 +14,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import uuid
 import warnings
@@ -277,23 +277,26 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None], durable: bool = F
     _move(tmp, path)
     if durable:
         make_durable([path], files=False)
-    if (noted := getattr(_WRITTEN, "files", None)) is not None:
+    if (noted := _WRITTEN.get()) is not None:
         noted.append(path)
 
 
-_WRITTEN = threading.local()  # .files: where this thread's writes are noted (:func:`written_files`)
+_WRITTEN: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("written", default=None)
+"""Where this context's writes are noted (:func:`written_files`): a thread's, and the calls it hands
+to a thread with its context (``util.memory.OwnArena``: a step's chunks)."""
 
 
 @contextlib.contextmanager
 def written_files() -> Iterator[list[str]]:
-    """The files :func:`write_atomic` writes in this thread within the block, to make them durable
-    together (:func:`make_durable`) before a marker says they are whole."""
+    """The files :func:`write_atomic` writes within the block, in this thread or in calls it runs
+    elsewhere with its context (a step's chunks in their ``OwnArena``), to make them durable together
+    (:func:`make_durable`) before a marker says they are whole."""
     files: list[str] = []
-    outer, _WRITTEN.files = getattr(_WRITTEN, "files", None), files
+    token = _WRITTEN.set(files)
     try:
         yield files
     finally:
-        _WRITTEN.files = outer
+        _WRITTEN.reset(token)
 
 
 def make_durable(paths: Iterable[str], files: bool = True, folders: bool = True) -> None:

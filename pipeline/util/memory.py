@@ -2,6 +2,7 @@
 and the memory a run may hold documents in."""
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -15,15 +16,16 @@ class OwnArena:
     calls allocate, kept (a model's tables) or freed again at once (a prediction's buffers), lies
     there rather than in the gaps that documents made and left in the main arena. Where nothing
     fragmented the main arena (a model and its input loaded in a process of their own), it made no
-    difference (fastText, SentencePiece and KenLM, BENCHMARKS.md, 2026-11-30). Exceptions are
-    raised in the caller's thread. Elsewhere than glibc it is a thread's call, no more."""
+    difference (fastText, SentencePiece and KenLM, BENCHMARKS.md, 2026-11-30). A call runs in a
+    copy of the caller's context (``contextvars``: what a task notes of its writes, say) and its
+    exceptions are raised in the caller's thread. Elsewhere than glibc it is a thread's call, no more."""
 
     def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="own-arena")
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in this object's thread."""
-        return self._thread.submit(fn, *args).result()
+        """``fn(*args)`` in this object's thread, in the caller's context."""
+        return self._thread.submit(contextvars.copy_context().run, fn, *args).result()
 
     def close(self) -> None:
         """Let the thread end (once a call running there returns); no call may follow."""
