@@ -501,7 +501,7 @@ def test_a_step_that_breaks_on_a_document_ends_the_run_in_one_line_naming_both(t
         cls, _, where = case.partition(" where=")
         done = run(tmp_path, "out", "--set", f"steps=[dedup, lid, 'broken:{cls}']",
                    *(["--set", f"raises_in.where={where}"] if where else []))
-        assert done.returncode == 2 and done.stderr.startswith(f"error: ") and message in done.stderr, done.stderr
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
     os.environ["POLYGLOT_DEBUG"] = "1"  # what raised it, in the step's own code
