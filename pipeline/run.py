@@ -102,10 +102,11 @@ def commit(staging: str, final: str, stale: list[str]) -> None:
 
 
 def _apply(staging: str, final: str, plan: dict[str, list[str]]) -> None:
-    moves = [fs.join(staging, rel) for rel in plan["moves"]]
+    left = {rel for rel in plan["moves"] if fs.exists(fs.join(staging, rel))}  # a killed commit did the others
     replaced = set(plan["moves"])  # old files a new one replaces stay until then (and are not deleted after)
-    fs.replace_tree([p for p in moves if fs.exists(p)], staging,
-                    [fs.join(final, rel) for rel in plan["delete"] if rel not in replaced], final)
+    fs.replace_tree([fs.join(staging, rel) for rel in plan["moves"] if rel in left], staging,
+                    [fs.join(final, rel) for rel in plan["delete"] if rel not in replaced], final,
+                    moved=[fs.join(final, rel) for rel in plan["moves"] if rel not in left])
     fs.remove_empty_folders(final, [*layout.PARTITION_FOLDERS, *layout.RECORD_FOLDERS, REPORT])
 
 

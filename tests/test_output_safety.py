@@ -2,6 +2,7 @@
 live runs, outputs that cannot be written or that lie in the input, the same bytes run after run."""
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib
 import json
@@ -523,8 +524,9 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
     assert moves and len(corpus) >= 5 and marker < min(moves)
     for rel in corpus:
         assert synced[os.path.join(staging, rel)] < marker, rel  # the file's bytes
-        unsynced = [f for f in Path(staging, rel).parents if synced.get(str(f), marker) >= marker]
-        assert unsynced == [], rel  # its name in its folder, and each folder's in the one above, up to /
+        made = [f for f in Path(staging, rel).parents if f == out or out in f.parents]  # by the run, or holding one
+        unsynced = [f for f in made if synced.get(str(f), marker) >= marker]
+        assert unsynced == [], rel  # its name in its folder, and each new folder's in the one above
     assert any(kind == "fsync" and "_COMMIT.json.tmp-" in path for kind, path in events[:marker])
     assert ("fsync", staging) in events[marker:min(moves)]  # the marker's own name
     removed = events.index(("rmtree", staging))
@@ -539,12 +541,81 @@ def test_a_steps_own_writes_in_its_chunk_thread_are_its_tasks(tmp_path):
     from pipeline.output import fs
     from pipeline.util.memory import OwnArena
 
-    arena, path = OwnArena(), str(tmp_path / "side" / "written.bin")
+    arena, path = OwnArena(carry=[fs.WRITTEN]), str(tmp_path / "side" / "written.bin")
     with fs.written_files() as written:
         arena.run(fs.write_atomic, path, lambda stream: stream.write(b"x"))
     arena.run(fs.write_atomic, str(tmp_path / "later.bin"), lambda stream: stream.write(b"y"))  # no block: not noted
-    arena.close()
     assert written == [path]
+    # what a step's setup sets in its thread's context (NumPy's error state, say) its chunks still find
+    state: contextvars.ContextVar[str] = contextvars.ContextVar("state", default="unset")
+    arena.run(state.set, "set in setup")
+    assert arena.run(state.get) == "set in setup" and state.get() == "unset"
+    arena.close()
+
+
+def test_a_folders_entry_is_synced_once_until_the_folder_is_made_again(tmp_path, monkeypatch):
+    """A new folder is found after a crash only if its entry in its parent is on the disk: every
+    folder above a synced file is synced, but only once per process while it stays the same folder
+    (an fsync may flush the disk's cache, for every task's files and marker); one made again, or
+    that holds a new entry, has its parent synced again."""
+    from pipeline.output import fs
+
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def noted_fsync(descriptor: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", noted_fsync)
+    folder = tmp_path / "new" / "a"
+
+    def made_with(name: str) -> list[str]:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"x")
+        synced.clear()
+        fs.make_durable([str(tmp_path / "link" / "a" / name)], files=False)
+        return synced
+
+    (tmp_path / "link").symlink_to(tmp_path / "new")  # taken as the disk has it
+    a, new = str(folder), str(folder.parent)
+    assert {a, new, str(tmp_path)} <= set(made_with("f"))  # up to the root
+    assert sorted(made_with("g")) == sorted([a, new])  # a new entry in a moved its change time: its parent once more
+    assert made_with("g") == [a]  # the same folders: only its own
+    shutil.rmtree(folder)
+    assert sorted(made_with("f")) == sorted([a, new, str(tmp_path)])  # made again: its entry, and new's
+
+
+def test_a_killed_commits_own_moves_are_on_the_disk_before_its_marker_goes(tmp_path, monkeypatch):
+    """A commit killed after some moves is finished from its marker by the next run; the marker then
+    goes with the staging folder. Only the moves left were synced: the killed process's, perhaps still
+    in the page cache, could be lost in a crash with no marker left to do them again."""
+    from pipeline.run import finish_replacements
+
+    final = tmp_path / "out"
+    staging = final / "_staging-killed"
+    moves = ["lang=de/bucket=all/part-00000.arrow", "lang=en/bucket=all/part-00000.arrow", "stats.json"]
+    for rel in moves:
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staging / rel).write_text(rel)
+    (staging / "_COMMIT.json").write_text(json.dumps({"moves": moves, "delete": []}))
+    for rel in moves[:2]:  # what the killed commit moved
+        (final / rel).parent.mkdir(parents=True)
+        os.replace(staging / rel, final / rel)
+    events: list[tuple[str, str]] = []
+    fsync, rmtree = os.fsync, shutil.rmtree
+
+    def noted_fsync(descriptor: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", noted_fsync)
+    monkeypatch.setattr(shutil, "rmtree", lambda path, *a, **k: (events.append(("rmtree", str(path))), rmtree(path, *a, **k)))
+    assert finish_replacements(str(final)) == [str(staging)]
+    removed = events.index(("rmtree", str(staging)))
+    synced = {path for kind, path in events[:removed] if kind == "fsync"}
+    assert {str(final / "lang=de" / "bucket=all"), str(final / "lang=en" / "bucket=all"), str(final)} <= synced
+    assert sorted(p.relative_to(final).as_posix() for p in final.rglob("*") if p.is_file()) == moves
 
 
 def test_a_file_system_that_cannot_sync_a_folder_still_commits(tmp_path, monkeypatch):

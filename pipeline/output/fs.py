@@ -277,45 +277,82 @@ def write_atomic(path: str, write: Callable[[BinaryIO], None], durable: bool = F
     _move(tmp, path)
     if durable:
         make_durable([path], files=False)
-    if (noted := _WRITTEN.get()) is not None:
+    if (noted := WRITTEN.get()) is not None:
         noted.append(path)
 
 
-_WRITTEN: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("written", default=None)
-"""Where this context's writes are noted (:func:`written_files`): a thread's, and the calls it hands
-to a thread with its context (``util.memory.OwnArena``: a step's chunks)."""
+WRITTEN: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("written", default=None)
+"""Where this context's writes are noted (:func:`written_files`): a thread's, carried into the calls
+it hands to another (``util.memory.OwnArena``'s ``carry``: a step's chunks)."""
 
 
 @contextlib.contextmanager
 def written_files() -> Iterator[list[str]]:
     """The files :func:`write_atomic` writes within the block, in this thread or in calls it runs
-    elsewhere with its context (a step's chunks in their ``OwnArena``), to make them durable together
-    (:func:`make_durable`) before a marker says they are whole."""
+    elsewhere carrying :data:`WRITTEN` (a step's chunks in their ``OwnArena``), to make them durable
+    together (:func:`make_durable`) before a marker says they are whole."""
     files: list[str] = []
-    token = _WRITTEN.set(files)
+    token = WRITTEN.set(files)
     try:
         yield files
     finally:
-        _WRITTEN.reset(token)
+        WRITTEN.reset(token)
 
 
 def make_durable(paths: Iterable[str], files: bool = True, folders: bool = True) -> None:
     """Local files' bytes (``files``) and the entries naming them in their folders (``folders``) on
     the disk (``fsync``), not only in the page cache: after this a machine that crashes, or loses
     power, finds them whole. A file in a bucket is durable once its write returned: nothing to do.
-    With ``folders``, every folder above a file is synced too, up to the file system's root: a folder
-    this run made (a language's, a staging folder) is found after a crash only if its own entry in
-    its parent is on the disk as well (a folder nothing changed in takes about 40 us here).
-    The files are synced by a few threads at once (``fsync`` waits for the disk, not the CPU), then
-    the folders, the deepest first; a file system that cannot sync a folder (EINVAL, ENOTSUP, ENOSYS:
-    some network and shared folders) leaves it as it is, one it cannot open for reading too."""
-    local = [os.path.abspath(path) for path in paths if is_local(path)]
+    With ``folders``, the folders above a file are synced too, up to its file system's root, where
+    this process has not synced them since the folder below was made (:func:`_unsynced_above`): a
+    folder the run made (a language's, a staging folder) is found after a crash only if its own
+    entry in its parent is on the disk as well. Files and then folders are synced by a few threads
+    at once (``fsync`` waits for the disk, not the CPU); a file system that cannot sync a folder
+    (EINVAL, ENOTSUP, ENOSYS: some network and shared folders) leaves it as it is, one it cannot
+    open for reading too. Folders are taken as the disk has them (symbolic links resolved)."""
+    local = [path for path in paths if is_local(path)]
     if files:
         _each(_fsync, local)
     if folders:
-        above = {str(folder) for path in local for folder in Path(path).parents}
-        for depth in sorted({folder.count(os.sep) for folder in above}, reverse=True):
-            _each(functools.partial(_fsync, folder=True), sorted(f for f in above if f.count(os.sep) == depth))
+        own = {os.path.realpath(os.path.dirname(os.path.abspath(path))) for path in local}
+        above, entries = _unsynced_above(own)
+        _each(functools.partial(_fsync, folder=True), sorted(own | above))
+        _SYNCED_ENTRIES.update(entries)
+
+
+Entry = tuple[str, int, int, int]
+"""A folder as :data:`_SYNCED_ENTRIES` knows it: path, device, inode and ``st_ctime_ns``."""
+_SYNCED_ENTRIES: set[Entry] = set()
+"""Folders whose own entry in their parent this process synced, so that the folders up to the root
+are not synced again for every task's files and marker (an fsync may flush the disk's cache even
+where nothing changed). A folder removed and made again is another (its inode, or its change time,
+which a new entry in it also moves on: its parent is synced again then, once)."""
+
+
+def _unsynced_above(folders: Iterable[str]) -> tuple[set[str], set[Entry]]:
+    """The folders above ``folders`` that hold the entry of a folder below them not yet synced by this
+    process (:data:`_SYNCED_ENTRIES`), up to the root of the file system each is on (a mount
+    point's own entry is in another file system, made at mount time), and those entries."""
+    above: set[str] = set()
+    entries: set[Entry] = set()
+    for folder in folders:
+        try:
+            below = os.stat(folder)
+        except OSError:
+            continue
+        while (entry := (folder, below.st_dev, below.st_ino, below.st_ctime_ns)) not in _SYNCED_ENTRIES \
+                and entry not in entries:
+            parent = os.path.dirname(folder)
+            try:
+                holder = os.stat(parent)
+            except OSError:
+                break
+            if parent == folder or holder.st_dev != below.st_dev:
+                break
+            above.add(parent)
+            entries.add(entry)
+            folder, below = parent, holder
+    return above, entries
 
 
 def _each(call: Callable[[str], None], paths: list[str]) -> None:
@@ -382,16 +419,17 @@ def relative(path: str, base: str) -> str:
     return path[len(prefix):]
 
 
-def replace_tree(staged: list[str], staging: str, old: list[str], target: str) -> None:
+def replace_tree(staged: list[str], staging: str, old: list[str], target: str, moved: Iterable[str] = ()) -> None:
     """Move the ``staged`` files (below ``staging``) to the same places below ``target``, then delete
     the ``old`` files of ``target`` that the new ones do not replace: the old files that no new one
     replaces stay readable until every new one is in place, and locally an old file until the new
-    one in its place is (:func:`_move`); locally the moves are on the disk before ``staging`` goes."""
+    one in its place is (:func:`_move`). Locally the moves, and those of the files ``moved`` before
+    (by a killed process), are on the disk before ``staging`` goes."""
     moves = {path: join(target, relative(path, staging)) for path in staged}
     for n, (source, dest) in enumerate(sorted(moves.items())):
         faults.fault_point("POLYGLOT_FAULT", "replace", n)
         _move(source, dest)
-    make_durable(moves.values(), files=False)  # the moves on the disk before the folder (a commit's marker) goes
+    make_durable([*moves.values(), *moved], files=False)  # before the folder (a commit's marker) goes
     delete(sorted(set(old) - set(moves.values())))
     remove_folder(staging)
 

@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable, Iterator
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
+from ..output import fs
 from ..steps.base import Document, Drop, Step
 from ..util.errors import StepFailed
 from ..util.memory import OwnArena
@@ -47,7 +48,7 @@ class ApplyStep(CountingDoFn):
         self.arena: OwnArena | None = None
 
     def setup(self) -> None:
-        self.arena = OwnArena()
+        self.arena = OwnArena(carry=[fs.WRITTEN])  # what a step writes itself is its task's too
         try:
             self.arena.run(self.applied.setup)
         except Exception as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -16,20 +16,34 @@ class OwnArena:
     calls allocate, kept (a model's tables) or freed again at once (a prediction's buffers), lies
     there rather than in the gaps that documents made and left in the main arena. Where nothing
     fragmented the main arena (a model and its input loaded in a process of their own), it made no
-    difference (fastText, SentencePiece and KenLM, BENCHMARKS.md, 2026-11-30). A call runs in a
-    copy of the caller's context (``contextvars``: what a task notes of its writes, say) and its
-    exceptions are raised in the caller's thread. Elsewhere than glibc it is a thread's call, no more."""
+    difference (fastText, SentencePiece and KenLM, BENCHMARKS.md, 2026-11-30). The calls share
+    their thread's context (what one sets in a context variable, NumPy's error state say, the next
+    finds), but for the variables in ``carry``, which each call finds as its caller has them (where
+    a task notes its writes, say). Exceptions are raised in the caller's thread. Elsewhere than
+    glibc it is a thread's call, no more."""
 
-    def __init__(self) -> None:
+    def __init__(self, carry: Iterable[contextvars.ContextVar[Any]] = ()) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="own-arena")
+        self._carry = tuple(carry)
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in this object's thread, in the caller's context."""
-        return self._thread.submit(contextvars.copy_context().run, fn, *args).result()
+        """``fn(*args)`` in this object's thread, with the caller's values of the carried variables."""
+        values = [(var, var.get(None)) for var in self._carry]
+        return self._thread.submit(_with_values, values, fn, *args).result()
 
     def close(self) -> None:
         """Let the thread end (once a call running there returns); no call may follow."""
         self._thread.shutdown(wait=False)
+
+
+def _with_values(values: list[tuple[contextvars.ContextVar[Any], Any]], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with each variable set to its value, then set back."""
+    tokens = [var.set(value) for var, value in values]
+    try:
+        return fn(*args)
+    finally:
+        for (var, _), token in zip(reversed(values), reversed(tokens)):
+            var.reset(token)
 
 
 def available_bytes(meminfo: str = "/proc/meminfo", cgroups: str = "/sys/fs/cgroup",
