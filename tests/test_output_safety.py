@@ -491,6 +491,7 @@ def test_the_new_corpus_is_on_the_disk_before_its_commit_replaces_the_old_one(we
     above (a language's folder the run made is lost in a crash unless its own entry is synced too),
     then the commit's marker is fsynced before the first move, and the moved files' folders before
     the staging folder with its marker goes."""
+    tmp_path = tmp_path.resolve()  # the file descriptors' paths are real ones
     out = tmp_path / "out"
     args = ["run", "--no-progress", "--input", wet, "--set", "beam_options=[]", "--set", "steps=[lid]", "--output", str(out)]
     assert main(args) == 0  # a previous good corpus
@@ -560,6 +561,7 @@ def test_a_folders_entry_is_synced_once_until_the_folder_is_made_again(tmp_path,
     that holds a new entry, has its parent synced again."""
     from pipeline.output import fs
 
+    tmp_path = tmp_path.resolve()  # the file descriptors' paths are real ones
     synced: list[str] = []
     fsync = os.fsync
 
@@ -592,6 +594,7 @@ def test_a_killed_commits_own_moves_are_on_the_disk_before_its_marker_goes(tmp_p
     in the page cache, could be lost in a crash with no marker left to do them again."""
     from pipeline.run import finish_replacements
 
+    tmp_path = tmp_path.resolve()  # the file descriptors' paths are real ones
     final = tmp_path / "out"
     staging = final / "_staging-killed"
     moves = ["lang=de/bucket=all/part-00000.arrow", "lang=en/bucket=all/part-00000.arrow", "stats.json"]
