@@ -13,7 +13,8 @@ from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import DEBUG_ENV, PATH_ERRORS, StepFailed, UserError, one_line
+from .util.errors import (DEBUG_ENV, INTERRUPTED, INTERRUPTED_STATUS, PATH_ERRORS, StepFailed, UserError, interrupted,
+                          one_line)
 from .output.layout import shard_pattern
 from .report import background
 from .runners import lean_import, prefork
@@ -326,13 +327,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _quiet_beam(record: logging.LogRecord) -> bool:
     """Hide the local Beam workers' start-up warnings relayed by the job service (errors still show),
     the warnings Beam logs when it starts and stops a job server (Prism, Flink's, Spark's), and
-    Beam's logs of a step's failure, which the run ends with as one line (``StepFailed``)."""
+    Beam's logs of a step's failure or of a Ctrl-C in a step, which the run ends with as one line
+    (``StepFailed``, ``KeyboardInterrupt``)."""
     try:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 (a call with the wrong arguments: logging reports it)
         return True
     if os.environ.get(DEBUG_ENV) != "1" and (
-            record.exc_info and isinstance(record.exc_info[1], StepFailed) or "StepFailed: step " in message):
+            record.exc_info and isinstance(record.exc_info[1], (StepFailed, KeyboardInterrupt))
+            or "StepFailed: step " in message or message.startswith("KeyboardInterrupt [while running")):
         return False
     if record.name == "apache_beam.utils.subprocess_server":
         return not message.startswith(("Really starting service", "Really destroying service"))
@@ -356,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(one_line(exc), file=sys.stderr)
         return 2
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        print(f"{INTERRUPTED}; the next run on its output finishes or removes what this one left there "
+              "(`pipeline status` shows it)", file=sys.stderr)
+        return INTERRUPTED_STATUS
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import os
 import sys
 
 from pipeline.util.configfile import KeysHelpParser
-from pipeline.util.errors import PATH_ERRORS, UserError, one_line
+from pipeline.util.errors import INTERRUPTED, INTERRUPTED_STATUS, PATH_ERRORS, UserError, interrupted, one_line
 
 Commands = dict[str, tuple[str, str]]
 """command name -> (module path, one-line help)."""
@@ -60,3 +60,8 @@ def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = N
     except (UserError, *PATH_ERRORS) as exc:
         print(one_line(exc), file=sys.stderr)
         return 2
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        print(INTERRUPTED, file=sys.stderr)
+        return INTERRUPTED_STATUS

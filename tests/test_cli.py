@@ -76,6 +76,85 @@ def test_user_mistakes_are_one_line(args, message):
     assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1
 
 
+@pytest.mark.parametrize("command, message", [
+    ([sys.executable, "-m", "pipeline", "run", "--config"],
+     "error: python -m pipeline run: argument --config: expected one argument "
+     "(`python -m pipeline run --help` lists the options)"),
+    ([sys.executable, "-m", "pipeline"], "error: python -m pipeline: the following arguments are required: command"),
+    ([sys.executable, "-m", "pipeline", "train-lm", "--seed", "x"],
+     "error: python -m pipeline train-lm: argument --seed: invalid int value: 'x'"),
+    ([sys.executable, "-m", "pretrain", "tokenizer", "--alpha", "abc"],
+     "error: python -m pretrain tokenizer: argument --alpha: invalid float value: 'abc'"),
+    ([sys.executable, "-m", "xeval", "xnli", "--seeds", "a,b"], "error: python -m xeval xnli: argument --seeds:"),
+])
+def test_a_wrong_option_is_one_line_not_the_usage(command, message):
+    """argparse printed its usage block (5-18 lines) above its error line."""
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
+
+
+STALL_STEP = '''
+import dataclasses
+import sys
+import time
+
+from pipeline.steps.base import Step
+
+
+@dataclasses.dataclass
+class StallConfig:
+    seconds: float = 120
+
+
+class Stall(Step):
+    """Says it runs, then waits: a run to stop with Ctrl-C."""
+    name = "stall"
+    Config = StallConfig
+    counters = ()
+
+    def __call__(self, doc):
+        print("stalled", file=sys.stderr, flush=True)
+        time.sleep(self.cfg.seconds)
+        return doc
+'''
+
+
+@pytest.mark.parametrize("options", ["[]", "[--direct_num_workers=1, --direct_running_mode=multi_processing]",
+                                     "[--direct_num_workers=2, --direct_running_mode=multi_processing]"])
+def test_ctrl_c_is_one_line(sample, tmp_path, options):
+    """Ctrl-C (SIGINT to the terminal's process group) printed a traceback from the driver and from
+    every SDK worker (and from the fork server, still importing), or, in the driver's own worker
+    (``[]``: in_memory), Beam's "RuntimeError: KeyboardInterrupt [while running ...]": 30-140 lines.
+    Now one line, status 130, and the previous corpus untouched."""
+    import os
+    import signal
+
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "stall.py").write_text(STALL_STEP, encoding="utf-8")
+    wet = str(sorted((sample / "wet").glob("*.warc.wet.gz"))[0])
+    out = tmp_path / "out"
+    common = [sys.executable, "-m", "pipeline", "run", "--no-progress", "--input", wet, "--output", str(out), "--set",
+              f"beam_options={options}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(ROOT)])}
+    assert subprocess.run([*common, "--set", "steps=[lid]"], cwd=ROOT, env=env, capture_output=True, timeout=300).returncode == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = subprocess.Popen([*common, "--overwrite", "--set", "steps=[lid, 'stall:Stall']"], cwd=ROOT, env=env,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (not a shell's background job's)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "stalled\n"
+        os.killpg(proc.pid, signal.SIGINT)
+        rest = proc.communicate(timeout=60)[1]  # every process that holds its stderr gone
+        assert proc.returncode == 130, rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rest.startswith("error: interrupted (Ctrl-C); the next run on its output") and rest.count("\n") == 1, rest
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "_staging-" not in str(p)
+            and p.name != ".run.lock"} == before
+
+
 @pytest.mark.parametrize("args, message", [
     (["train-lm", "--lang", "de", "--text", "/nonexistent/ref.txt", "--out", "/tmp/polyglot-lm"],
      "reference text /nonexistent/ref.txt: no such file"),

@@ -162,7 +162,12 @@ def _close_all_at_once(self: worker_handlers.WorkerHandlerManager) -> None:
 
 
 class WorkerLost(UserError):
-    """An SDK worker process ended before the run was done: the run fails with this, not a hang."""
+    """An SDK worker process ended before the run was done: the run fails with this, not a hang;
+    ``interrupted``: by SIGINT (Ctrl-C)."""
+
+    def __init__(self, message: str, interrupted: bool = False) -> None:
+        super().__init__(message)
+        self.interrupted = interrupted
 
 
 _BEAM_START_WORKER = worker_handlers.SubprocessSdkWorkerHandler.start_worker
@@ -186,9 +191,10 @@ def _run_worker_watched(self: local_job_service.SubprocessSdkWorker) -> None:
     except RuntimeError as exc:  # Beam's "Worker subprocess exited with return code N"
         if handler is None:
             raise
-        code = re.search(r"return code (-?\d+)", str(exc))
-        _lost.append(WorkerLost(f"SDK worker {self._worker_id} ended before the run was done: "
-                                + _ending(int(code.group(1)) if code else None)))
+        found = re.search(r"return code (-?\d+)", str(exc))
+        code = int(found.group(1)) if found else None
+        _lost.append(WorkerLost(f"SDK worker {self._worker_id} ended before the run was done: " + _ending(code),
+                                interrupted=code in (-signal.SIGINT, 128 + signal.SIGINT)))
         _lose(handler, _lost[-1])
     finally:
         _started.pop(self._worker_id, None)
@@ -289,13 +295,15 @@ _BEAM_RUN_STAGES = fn_runner.FnApiRunner.run_stages
 def _run_stages_or_say_lost(self: fn_runner.FnApiRunner, *args: Any, **kwargs: Any) -> Any:
     """``FnApiRunner.run_stages``; where it fails after an SDK worker was lost, the failure is
     :class:`WorkerLost` (Beam's own, where it saw the loss first, is its data channel's "Channel
-    closed prematurely" and a traceback). Its end waited for every worker's process: a loss is
-    noted by then. A worker that ended with an error once every stage was done is a warning: the
+    closed prematurely" and a traceback), or ``KeyboardInterrupt`` for a worker that Ctrl-C ended.
+    Its end waited for every worker's process: a loss is noted by then. A worker that ended with an error once every stage was done is a warning: the
     run's outputs are whole."""
     _lost.clear()
     try:
         result = _BEAM_RUN_STAGES(self, *args, **kwargs)
     except Exception:
+        if _lost and _lost[0].interrupted:  # Ctrl-C, seen by a worker first: the driver's own interruption
+            raise KeyboardInterrupt from None
         if _lost:
             raise _lost[0] from None
         raise
@@ -310,10 +318,18 @@ _fork_workers = False  # set by install(): this run's SDK workers are forked fro
 _step_modules: list[str] = []  # every install()'s steps' worker_modules, for a fork server started later
 
 
+def _quit_on_interrupt(signum: int, frame: Any) -> None:
+    """Ctrl-C in an SDK worker (the terminal interrupts the whole process group): the process ends at
+    once, in the middle of a step's document too, without the traceback of each of its threads; the
+    driver says it once (:func:`_run_stages_or_say_lost`)."""
+    os._exit(128 + signum)
+
+
 def _run_worker(env: dict[str, str]) -> None:
     """An SDK worker forked from the fork server: what ``python -m ...sdk_worker_main`` runs."""
     from apache_beam.runners.worker import sdk_worker_main
 
+    signal.signal(signal.SIGINT, _quit_on_interrupt)
     gc.freeze()  # what the fork server imported stays out of this worker's collections (and its pages shared)
     multiprocessing.current_process().daemon = False  # it may start processes (Beam's use_subprocess), as one Beam starts may
     raise_gc_threshold()  # the steps' documents: collections rarer

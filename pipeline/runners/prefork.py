@@ -15,7 +15,9 @@ import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -85,7 +87,15 @@ def start_fork_server(modules: list[str]) -> bool:
     if "forkserver" not in multiprocessing.get_all_start_methods() or not main_is_guarded(sys.modules["__main__"]):
         return False
     FORKSERVER.set_forkserver_preload(modules)
-    multiprocessing.forkserver.ensure_running()
+    # Ctrl-C is the driver's to handle: the server starts ignoring it (as it does itself only once it has
+    # imported the modules), and so do the workers it forks (a Ctrl-C in the few ms of its start is lost)
+    main = threading.current_thread() is threading.main_thread()
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, interrupt)
     return True
 
 

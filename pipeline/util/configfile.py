@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import yaml
 
@@ -294,8 +294,8 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
 class KeysHelpParser(argparse.ArgumentParser):
     """An argument parser whose ``epilog`` may be a function returning it, called only when the
     help is shown: the config keys' lines (:func:`describe`) read the config classes' sources,
-    0.2-0.5 s that a command which is not asked for help should not wait for. Its subparsers are
-    of this class too."""
+    0.2-0.5 s that a command which is not asked for help should not wait for; and whose errors are
+    one line. Its subparsers are of this class too."""
 
     epilog: str | Callable[[], str] | None
 
@@ -303,6 +303,11 @@ class KeysHelpParser(argparse.ArgumentParser):
         if callable(self.epilog):
             self.epilog = self.epilog()
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """A wrong or missing option: one ``error:`` line naming the command (exit status 2), not
+        argparse's usage block above it."""
+        self.exit(2, f"error: {self.prog}: {message} (`{self.prog} --help` lists the options)\n")
 
 
 def _field_docs(cls: type) -> dict[str, str]:

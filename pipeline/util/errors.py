@@ -44,6 +44,23 @@ def one_line(exc: Exception) -> str:
     return f"error: {exc}"
 
 
+INTERRUPTED = "error: interrupted (Ctrl-C)"
+"""The line a command ends with when the user stops it, with exit status :data:`INTERRUPTED_STATUS`
+(a shell's for SIGINT), rather than a traceback."""
+INTERRUPTED_STATUS = 130
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C (``KeyboardInterrupt``) or was raised for one: Beam's DoFn invoker
+    raises a step's ``KeyboardInterrupt`` again as "RuntimeError: KeyboardInterrupt [while running ...]"."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or str(seen).startswith("KeyboardInterrupt [while running"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class StepFailed(Exception):
     """A step that raised on a document, or gave what a step may not: the message names the step
     and the document, and the run ends with it as its one line (:func:`step_failure`)."""
