@@ -388,10 +388,13 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
 def nothing_read(staging: str) -> str:
     """Why no record of a run's input could be read, every one rejected (the rejections' counts and
     one of them), or "" where one was read, a document or a record skipped or dropped at read
-    (a run whose input holds no page to keep is a run of its own kind), or none was rejected."""
+    (a run whose input holds no page to keep is a run of its own kind), or none was rejected. A
+    file's ``warcinfo`` record is no page: WET files read as WARC (every page rejected, each file's
+    warcinfo skipped) are a run that read nothing."""
     read = fs.read_json(fs.join(staging, "stats.json"), ("counters",))["counters"].get("read", {})
     rejected = {name.removeprefix("rejected_"): n for name, n in read.items() if name.startswith("rejected_")}
-    if not rejected or any(n for name, n in read.items() if name != "files" and not name.startswith("rejected_")):
+    if not rejected or any(n for name, n in read.items()
+                           if name not in ("files", "skipped_warcinfo") and not name.startswith("rejected_")):
         return ""
     example: dict[str, Any] = {}
     for path in fs.match_optional(staging, REJECTED, "part-*"):

@@ -276,6 +276,24 @@ def test_a_run_whose_every_record_is_rejected_leaves_the_previous_corpus(wet, tm
     assert all_digests(out) == before and not list(out.glob(f"{STAGING}*"))
 
 
+def test_wet_files_read_as_warc_are_a_run_that_read_nothing(wet, tmp_path, capsys):
+    """A WET file named .warc.gz is read as WARC: every page rejected (unexpected_type), its warcinfo
+    record skipped. The skipped warcinfo counted as a record read: the run ended with exit 0 and an
+    empty corpus in place of the previous one."""
+    out = tmp_path / "out"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    before = all_digests(out)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.warc.gz").write_bytes(Path(wet).read_bytes())
+    capsys.readouterr()
+    assert main(["run", "--no-progress", "--input", str(tmp_path / "in" / "x.warc.gz"), "--output", str(out),
+                 "--overwrite", "--set", "beam_options=[]", "--set", "steps=[lid]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no input record could be read: ") and " unexpected_type (one: " in err, err
+    assert "WARC-Type 'conversion' in a warc file" in err and len(err.splitlines()) == 1
+    assert all_digests(out) == before and not list(out.glob(f"{STAGING}*"))
+
+
 def test_a_damaged_state_file_is_one_line_naming_it_and_what_to_do(wet, tmp_path, capsys):
     """run.json, a killed run's state or its commit marker cut short or edited by hand (each is
     written whole, so a person or a partial copy did it): ``status`` and the next run name the file
