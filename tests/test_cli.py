@@ -182,6 +182,19 @@ def test_lm_commands_user_mistakes(args, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_an_input_that_is_a_pipe_is_one_line(tmp_path):
+    """A named pipe given as input (here one nothing writes into) blocked the run for ever, silent;
+    a run may read an input twice, which a pipe cannot give."""
+    import os
+
+    os.mkfifo(tmp_path / "in.warc.wet.gz")
+    done = cli("run", "--input", str(tmp_path / "*.gz"), "--output", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr == (
+        f"error: input {tmp_path / 'in.warc.wet.gz'}: a named pipe, not a file: a run may read an input more than once "
+        "(exact dedup's two passes, a retried bundle); write it to a file and give that\n"), done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
     """A folder where a file is written, a file where a folder is needed, a folder of other files:
     one line, exit 2, and what was there is still there."""

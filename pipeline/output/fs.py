@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -90,8 +91,23 @@ def match_inputs(patterns: Iterable[str]) -> dict[str, int]:
             paths = {pattern: size(pattern)}
         if not paths:
             raise UserError(f"input {pattern!r} matches no file")
+        for path in paths if is_local(pattern) else ():
+            if kind := _special_kind(path):
+                raise UserError(f"input {path}: {kind}, not a file: a run may read an input more than once (exact "
+                                "dedup's two passes, a retried bundle); write it to a file and give that")
         found.update(paths)
     return dict(sorted(found.items()))
+
+
+def _special_kind(path: str) -> str:
+    """What local ``path`` is where it is no file but a pipe, a socket or a device ("" otherwise)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((kind for test, kind in kinds if test(mode)), "")
 
 
 def same_bytes(files: dict[str, int]) -> list[list[str]]:
