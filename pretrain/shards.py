@@ -194,6 +194,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
 
     if not 0 <= valid_fraction < 1:
         raise UserError(f"--valid-fraction {valid_fraction}: must be in [0, 1)")
+    if workers < 1:
+        raise UserError(f"--workers {workers}: must be 1 or more")
     schedule = tuple((int(size), int(times)) for size, times in rehydration)
     problem = check_rehydration([list(pair) for pair in schedule])
     if problem:
@@ -206,7 +208,8 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
         alpha = recorded_alpha(tokenizer.meta, f"tokenizer {Path(tokenizer_dir) / TOKENIZER_META}")
     if problem := check_alpha(alpha):
         raise UserError(f"--alpha {problem}")
-    fs.check_folder(str(out), "--out")
+    written = [META, *(p.name for p in out.glob("lang=*") if p.is_dir())]  # by this command, for any languages
+    fs.check_folder(str(out), "--out", written)
     shards = language_shards(corpus, buckets, languages)
     if (out / META).is_file():
         previous = fs.read_json(out / META, what="token shards")

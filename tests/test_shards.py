@@ -187,6 +187,27 @@ def test_cli_help_documents_every_option(capsys) -> None:
         assert option in out
 
 
+def test_an_out_folder_of_other_files_and_no_workers_are_refused(sample_tokens: Path, sample_tokenizer: Path,
+                                                                  sample_corpus: Path, tmp_path: Path) -> None:
+    """`--out` holding a file of the user's was written into (the other commands refuse it), and
+    `--workers 0` or below ran as one worker. A folder this command wrote (for other languages too)
+    is taken again: it skips the shards already there."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match=r"--out .*mine: the folder holds 'notes.txt', not written by this command"):
+        tokenize_corpus(sample_corpus, sample_tokenizer, tmp_path / "mine")
+    with pytest.raises(UserError, match=r"--workers 0: must be 1 or more"):
+        tokenize_corpus(sample_corpus, sample_tokenizer, tmp_path / "new", workers=0)
+    assert not (tmp_path / "new").exists()
+    again = tmp_path / "again"
+    shutil.copytree(sample_tokens, again)
+    before = token_files(again)
+    tokenize_corpus(sample_corpus, sample_tokenizer, again, valid_fraction=VALID,
+                    languages=sorted(TokenShards.open(again).languages)[:1])
+    assert {k: v for k, v in token_files(again).items() if k != "meta.json"} == {
+        k: v for k, v in before.items() if k != "meta.json"}
+
+
 def test_corrupt_shard_is_a_clear_error(sample_tokens: Path, tmp_path: Path, capsys) -> None:
     copy = tmp_path / "tokens"
     shutil.copytree(sample_tokens, copy)
