@@ -364,8 +364,7 @@ def resumable(cfg: CorpusConfig, digest: str, resume: bool) -> str | None:
         raise UserError(f"--resume needs --runner DaskRunner: the {cfg.runner} keeps no task outputs between runs "
                         "(a run without --resume starts afresh)")
     runs = [(folder, state) for folder, state in unfinished(cfg.output) if state.get("task_folder")]
-    if not runs:
-        LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
+    if not runs:  # (said once the run is sure to go ahead: --resume on a finished corpus is refused first)
         return None
     if len(runs) > 1 and not all("started" in state for _, state in runs):
         raise UserError(f"--resume: {len(runs)} unfinished runs in {cfg.output} ({', '.join(f for f, _ in runs)}), "
@@ -561,6 +560,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         raise UserError(f"output {cfg.output}: the folder holds {foreign}, which pipeline run did not write, and no "
                         "corpus (no stats.json or run.json); give a new or empty folder")
     final, dask = cfg.output, cfg.runner in DASK_NAMES
+    if resume and continued is None and not build_only:
+        LOG.warning("%s: no unfinished run to resume; starting afresh", cfg.output)
     if not build_only:  # the run writes beside the old corpus, which is replaced only once the new one is complete
         staging = continued or fs.join(final, f"{STAGING}{uuid.uuid4().hex[:12]}")
         hold = hold_staging(staging)

@@ -294,6 +294,21 @@ def test_wet_files_read_as_warc_are_a_run_that_read_nothing(wet, tmp_path, capsy
     assert all_digests(out) == before and not list(out.glob(f"{STAGING}*"))
 
 
+def test_resume_on_a_finished_corpus_is_refused_without_saying_it_starts_afresh(wet, tmp_path):
+    """`--resume` where no run is unfinished warned "no unfinished run to resume; starting afresh",
+    then the run was refused (the corpus is there): the warning only once the run goes ahead."""
+    out = tmp_path / "out"
+    assert run_cli(*common(wet), "--output", str(out)) == 0
+    args = [sys.executable, "-m", "pipeline", "run", "--no-progress", *common(wet), "--output", str(out),
+            "--runner", "DaskRunner", "--resume"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: output {out} already holds a corpus (") \
+        and done.stderr.count("\n") == 1, done.stderr
+    done = subprocess.run([*args, "--overwrite", "--set", "beam_options=[--dask_num_workers=1]"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "no unfinished run to resume; starting afresh" in done.stderr, done.stderr
+
+
 def test_a_damaged_state_file_is_one_line_naming_it_and_what_to_do(wet, tmp_path, capsys):
     """run.json, a killed run's state or its commit marker cut short or edited by hand (each is
     written whole, so a person or a partial copy did it): ``status`` and the next run name the file
