@@ -45,7 +45,9 @@ Six overrides (the last of six methods), installed by :func:`install`:
   stream broke with the worker, and closing its data channel (``_GrpcDataChannel.close``) no longer
   raises the loss again: Beam printed each of those as an error with a traceback above the one line.
   A worker that ends with an error after every stage is done (in a DoFn's teardown, say) is a
-  warning: the outputs are whole.
+  warning: the outputs are whole. Ctrl-C (SIGINT to the terminal's process group) ends a forked
+  worker at once, quietly, and the driver takes that end as its own interruption (``pipeline run``
+  says it in one line); the fork server ignores it.
 
 The elements, their order and their assignment to workers are unchanged: only the message
 boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
