@@ -101,15 +101,10 @@ import time
 from pipeline.steps.base import Step
 
 
-@dataclasses.dataclass
-class StallConfig:
-    seconds: float = 120
-
-
 class Stall(Step):
     """Says it runs, then waits: a run to stop with Ctrl-C."""
     name = "stall"
-    Config = StallConfig
+    Config = dataclasses.make_dataclass("StallConfig", [("seconds", float, 120.0)])
     counters = ()
 
     def __call__(self, doc):
