@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges
+from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, source_of
 from pipeline.util.errors import UserError
 
 from .shards import DocList, TokenShards
@@ -80,10 +80,11 @@ class LoaderConfig:
         check_choices_and_ranges(root, source, {f"{prefix}masking": MASKINGS},
                                  {f"{prefix}{key}": limits for key, limits in RANGES.items()})
         if self.mask_replace + self.random_replace > 1.0 + 1e-9:
-            raise UserError(f"{source}: {prefix}mask_replace + {prefix}random_replace must not exceed 1")
+            where = source_of(source, f"{prefix}mask_replace", f"{prefix}random_replace")
+            raise UserError(f"{where}: {prefix}mask_replace + {prefix}random_replace must not exceed 1")
         twice = next((lang for lang in self.languages if self.languages.count(lang) > 1), None)
         if twice:  # (each name would be one more share of the mix)
-            raise UserError(f"{source}: {prefix}languages names {twice} twice")
+            raise UserError(f"{source_of(source, f'{prefix}languages')}: {prefix}languages names {twice} twice")
 
 
 def loader_config(data: dict[str, Any], source: str) -> LoaderConfig:

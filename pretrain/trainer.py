@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from pipeline.util.configfile import (KeysHelpParser, build_dataclass, check_choices_and_ranges, describe,
+from pipeline.util.configfile import (KeysHelpParser, Source, build_dataclass, check_choices_and_ranges, describe,
                                       merged_config_data, source_of)
 from pipeline.util.errors import UserError
 from pretrain.loader import IGNORE, LoaderConfig, MLMLoader
@@ -136,6 +136,12 @@ RUN_OWNED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradien
 
 def load_run_config(path: str | None, sets: list[str] | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """The run YAML with ``--set`` strings and overrides applied, checked (unknown keys, types, ranges, paths)."""
+    return run_config_and_source(path, sets, overrides)[0]
+
+
+def run_config_and_source(path: str | None, sets: list[str] | None = None,
+                          overrides: dict[str, Any] | None = None) -> tuple[RunConfig, Source]:
+    """:func:`load_run_config`, and where each value came from (for the checks that need the run's world size)."""
     data, source = merged_config_data(path, overrides, sets)
     cfg = build_dataclass(RunConfig, data, source)
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
@@ -145,10 +151,10 @@ def load_run_config(path: str | None, sets: list[str] | None = None, overrides: 
     for key in ("tokens", "tokenizer", "output"):
         if not getattr(cfg, key):
             raise UserError(f"{source_of(source, key)}: {key} is not set")
-    return cfg
+    return cfg, source
 
 
-def batch_layout(cfg: RunConfig, world_size: int, source: str) -> tuple[int, int]:
+def batch_layout(cfg: RunConfig, world_size: int, source: Source | str) -> tuple[int, int]:
     """(grad_accum, global batch) with global = micro (loader.batch_size) x grad_accum x world_size; UserError if they do not fit."""
     micro = cfg.loader.batch_size
     per_step = micro * world_size
@@ -156,11 +162,13 @@ def batch_layout(cfg: RunConfig, world_size: int, source: str) -> tuple[int, int
         accum = cfg.grad_accum or 1
         return accum, per_step * accum
     if cfg.global_batch_size % per_step:
-        raise UserError(f"{source}: global_batch_size {cfg.global_batch_size} is not divisible by loader.batch_size "
+        raise UserError(f"{source_of(source, 'global_batch_size', 'loader.batch_size')}: global_batch_size "
+                        f"{cfg.global_batch_size} is not divisible by loader.batch_size "
                         f"{micro} x world size {world_size} = {per_step}")
     accum = cfg.global_batch_size // per_step
     if cfg.grad_accum is not None and cfg.grad_accum != accum:
-        raise UserError(f"{source}: global_batch_size {cfg.global_batch_size} != loader.batch_size {micro} x grad_accum "
+        raise UserError(f"{source_of(source, 'global_batch_size', 'grad_accum')}: global_batch_size "
+                        f"{cfg.global_batch_size} != loader.batch_size {micro} x grad_accum "
                         f"{cfg.grad_accum} x world size {world_size}; set one of global_batch_size, grad_accum")
     return accum, cfg.global_batch_size
 
@@ -194,14 +202,14 @@ def model_code(model_cfg: Any) -> dict[str, str]:
     return {"rtd_head": "deberta"} if model_cfg.objective == "rtd" else {}
 
 
-def deepspeed_config(cfg: RunConfig, world_size: int, source: str) -> dict[str, Any]:
+def deepspeed_config(cfg: RunConfig, world_size: int, source: Source | str) -> dict[str, Any]:
     """The DeepSpeed config dict: the JSON file's ZeRO settings plus batch sizes, AdamW, clipping and precision from ``cfg``."""
     import torch
 
     try:
         ds = json.loads(Path(cfg.deepspeed).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{source}: deepspeed: no such file {cfg.deepspeed}") from None
+        raise UserError(f"{source_of(source, 'deepspeed')}: deepspeed: no such file {cfg.deepspeed}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{cfg.deepspeed}: not valid JSON ({exc})") from None
     if not isinstance(ds, dict):
@@ -289,7 +297,7 @@ def _mlm_loss(metrics: dict[str, Any]) -> Any:
 class Trainer:
     """One rank of a training run: engine, loader, checkpoints and metrics."""
 
-    def __init__(self, cfg: RunConfig, source: str, universal: bool = False) -> None:
+    def __init__(self, cfg: RunConfig, source: Source | str, universal: bool = False) -> None:
         import deepspeed
         import deepspeed.comm as dist
         import torch
@@ -309,11 +317,11 @@ class Trainer:
         try:
             shards.check_tokenizer(tokenizer)
         except UserError as exc:
-            raise UserError(f"{source}: {exc}") from None
+            raise UserError(f"{source_of(source, 'tokens', 'tokenizer')}: {exc}") from None
         self.model_cfg = load_model_config(cfg.model, overrides={"vocab_size": tokenizer.vocab_size})
         longest = self.model_cfg.max_sequence_length
         if longest is not None and cfg.loader.seq_len > longest:
-            raise UserError(f"{source}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum {longest}")
+            raise UserError(f"{source_of(source, 'loader.seq_len')}: loader.seq_len {cfg.loader.seq_len} exceeds the model's maximum {longest}")
         self.ds_config = deepspeed_config(cfg, self.world_size, source)
         self.universal = universal
         if universal:
@@ -606,7 +614,8 @@ def _free_port() -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = load_run_config(args.config, args.set, {"output": args.output, "steps": args.steps, "deepspeed": args.deepspeed})
+    cfg, source = run_config_and_source(args.config, args.set, {"output": args.output, "steps": args.steps,
+                                                                "deepspeed": args.deepspeed})
     _single_process_env()
     if args.universal and not args.resume:
         raise UserError("--universal goes with --resume")
@@ -614,7 +623,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume and latest.exists():
         raise UserError(f"run dir {cfg.output} already holds checkpoints (latest: {latest.read_text().strip()}): "
                         f"pass --resume to continue it, or choose another output")
-    trainer = Trainer(cfg, args.config, universal=args.universal)
+    trainer = Trainer(cfg, source, universal=args.universal)
     if args.resume:
         trainer.resume(None if args.resume == "latest" else args.resume)
     record = trainer.train()

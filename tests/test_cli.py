@@ -294,7 +294,7 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
         load_config(str(config), sets=["dedup=first"])
     with pytest.raises(UserError, match="^--set steps=\\[lid, lid\\]: steps: 'lid' is named twice"):
         load_config(str(config), sets=["dedup.policy=keep_first", "steps=[lid, lid]"])
-    with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml with --set hidden_size=31: hidden_size \(31\) must be a multiple"):
+    with pytest.raises(UserError, match=r"^--set hidden_size=31 and \S+xlmr-tiny.yaml: hidden_size \(31\) must be a multiple"):
         load_model_config("xlmr-tiny", sets=["hidden_size=31"])
     # what set a key last is named: a later --set of its section, or a command-line option
     with pytest.raises(UserError, match=r"^--set lid=\{threshold: 7\}: lid.threshold=7.0 is out of range"):
@@ -304,8 +304,20 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
     # a key given by both (--output and --set output=): the option won, which the README said --set would
     with pytest.raises(UserError, match=r"^output: set by --set output=b and by its command-line option; give one"):
         load_config(str(config), {"output": "a"}, sets=["output=b"])
-    with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml with --set num_attention_heads=3 --set pad_token_id=1: "):
+    with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml and --set num_attention_heads=3: hidden_size"):
         load_model_config("xlmr-tiny", sets=["num_attention_heads=3", "pad_token_id=1"])
+    # a step section's own check names the file that wrote the section, not a --set of another key
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\nlid: {thresholds: {de: 2}}\n")
+    with pytest.raises(UserError, match=f"^{re.escape(str(config))}: lid: thresholds.de=2"):
+        load_config(str(config), sets=["beam_options=[]"])
+    # the run config's checks that need the world size: global_batch_size given by --set, the batch in the file
+    from pretrain.trainer import batch_layout, run_config_and_source
+
+    run = tmp_path / "run.yaml"
+    run.write_text("tokens: t\ntokenizer: k\noutput: o\nloader: {batch_size: 8}\n")
+    cfg, source = run_config_and_source(str(run), ["global_batch_size=12"])
+    with pytest.raises(UserError, match=f"^--set global_batch_size=12 and {re.escape(str(run))}: global_batch_size 12 "):
+        batch_layout(cfg, 1, source)
 
 
 def test_values_no_range_check_could_see_and_yaml_that_reads_wrong_are_one_line(tmp_path):

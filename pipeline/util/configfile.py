@@ -146,9 +146,12 @@ def _record(given: dict[str, str], key: str, what: str) -> None:
     given[key] = what
 
 
-def source_of(source: Source | str, key: str) -> str:
-    """Where ``key``'s value came from, for an error message."""
-    return source.of(key) if isinstance(source, Source) else str(source)
+def source_of(source: Source | str, *keys: str) -> str:
+    """Where the values of ``keys`` came from, for an error message: each place once, in order
+    (``--set global_batch_size=7 and run.yaml`` where a check compares two keys)."""
+    if not isinstance(source, Source):
+        return str(source)
+    return " and ".join(dict.fromkeys(source.of(key) for key in keys))
 
 
 def build_dataclass(cls: type, data: Any, source: Source | str, prefix: str = "") -> Any:

@@ -113,15 +113,17 @@ def validate_model_config(cfg: ModelConfig, source: Source | str) -> ModelConfig
     """``cfg`` itself, or a UserError naming the first bad key."""
     check_choices_and_ranges(cfg, source, {"arch": ARCHS, "objective": OBJECTIVES}, RANGES)
     if cfg.hidden_size % cfg.num_attention_heads:
-        raise UserError(f"{source}: hidden_size ({cfg.hidden_size}) must be a multiple of "
-                        f"num_attention_heads ({cfg.num_attention_heads})")
+        raise UserError(f"{source_of(source, 'hidden_size', 'num_attention_heads')}: hidden_size ({cfg.hidden_size}) "
+                        f"must be a multiple of num_attention_heads ({cfg.num_attention_heads})")
     if cfg.objective == "rtd" and cfg.arch != "deberta-v3":
-        raise UserError(f"{source}: objective rtd needs arch deberta-v3, got {cfg.arch}")
+        raise UserError(f"{source_of(source, 'objective', 'arch')}: objective rtd needs arch deberta-v3, got {cfg.arch}")
     if not 0 <= cfg.pad_token_id < cfg.vocab_size:
-        raise UserError(f"{source}: pad_token_id={cfg.pad_token_id} is outside the vocabulary ({cfg.vocab_size})")
+        raise UserError(f"{source_of(source, 'pad_token_id', 'vocab_size')}: pad_token_id={cfg.pad_token_id} is "
+                        f"outside the vocabulary ({cfg.vocab_size})")
     bad = [t for t in cfg.pos_att_type if t not in POS_ATT_TYPES]
     if cfg.arch == "deberta-v3" and not cfg.pos_att_type:
-        raise UserError(f"{source}: pos_att_type must name at least one of {', '.join(POS_ATT_TYPES)}")
+        raise UserError(f"{source_of(source, 'pos_att_type', 'arch')}: pos_att_type must name at least one of "
+                        f"{', '.join(POS_ATT_TYPES)}")
     if bad:
         raise UserError(f"{source_of(source, 'pos_att_type')}: pos_att_type holds {bad[0]!r}; allowed: {', '.join(POS_ATT_TYPES)}")
     if len(set(cfg.pos_att_type)) < len(cfg.pos_att_type):  # a repeat would count twice in the attention's scale
