@@ -34,7 +34,7 @@ import numpy as np
 from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, source_of
 from pipeline.util.errors import UserError
 
-from .shards import DocList, TokenShards
+from .shards import SPLITS, DocList, TokenShards
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 MASKINGS = ("token", "whole_word", "span")
@@ -225,9 +225,13 @@ class MLMLoader:
 
         if ids.min() < 0 or ids.max() >= self.vocab_size:  # (shard.json's max_id was checked, not each id)
             row = int(np.flatnonzero(((ids < 0) | (ids >= self.vocab_size)).any(axis=1))[0])
-            raise UserError(f"token shards {self.shards.directory}: a lang={self.languages[int(langs[row])]} document "
-                            f"holds an id outside the vocabulary (0..{self.vocab_size - 1}): a token array damaged "
-                            "or edited in place; run `pretrain tokenize` again into a new --out")
+            lang = self.languages[int(langs[row])]
+            found = next(filter(None, (self.shards.docs(lang, split).outside(self.vocab_size) for split in SPLITS)),
+                         None)
+            where = (f"token shard {found[0]}: document {found[1]} (lang={lang}) holds id {found[2]}" if found else
+                     f"token shards {self.shards.directory}: a lang={lang} document holds an id")
+            raise UserError(f"{where} outside the vocabulary (0..{self.vocab_size - 1}): a token array damaged or "
+                            "edited in place; run `pretrain tokenize` again into a new --out")
         inputs, labels = self.mask(ids, rng)
         return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy((ids != PAD_ID).astype(np.int64)),
                 "labels": torch.from_numpy(labels), "lang": torch.from_numpy(langs.astype(np.int64))}

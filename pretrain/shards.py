@@ -278,8 +278,9 @@ def shards_meta(jobs: list[ShardJob], infos: dict[Path, dict[str, Any]], tokeniz
 class DocList:
     """The documents of one language and split: ``len()``, ``[i]`` (int32 view, O(1)), ``lengths``, ``num_tokens``."""
 
-    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray]]):
+    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray]], paths: list[Path] | None = None):
         self.parts = parts
+        self.paths = paths or [Path(f"part {i}") for i in range(len(parts))]  # token files, for errors
         counts = np.array([len(offsets) - 1 for _, offsets in parts], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_tokens = sum(int(offsets[-1]) for _, offsets in parts)
@@ -291,6 +292,15 @@ class DocList:
 
     def __len__(self) -> int:
         return int(self.starts[-1])
+
+    def outside(self, vocab_size: int) -> tuple[Path, int, int] | None:
+        """The first id outside ``0..vocab_size-1``, as (its part's token file, the document's index in
+        that file, the id), or None: a scan of every token, for an error message."""
+        for path, (tokens, offsets) in zip(self.paths, self.parts):
+            bad = np.flatnonzero((tokens < 0) | (tokens >= vocab_size))
+            if len(bad):
+                return path, int(np.searchsorted(offsets, bad[0], side="right")) - 1, int(tokens[bad[0]])
+        return None
 
     def __getitem__(self, i: int) -> np.ndarray:
         if not 0 <= i < len(self):
@@ -358,6 +368,7 @@ class TokenShards:
         docs = {}
         for lang, row in meta["languages"].items():
             parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {s: [] for s in SPLITS}
+            paths: dict[str, list[Path]] = {s: [] for s in SPLITS}
             for rel in row["shards"]:
                 folder = directory / rel
                 info = fs.read_json(folder / SHARD_META, what="token shard")
@@ -365,8 +376,9 @@ class TokenShards:
                     raise UserError(f"token shard {folder}: tokenizer fingerprint differs from {directory / META}")
                 for split in SPLITS:
                     parts[split].append(load_split(folder, split, info, vocab_size))
+                    paths[split].append(folder / f"{split}.tokens.npy")
             for split in SPLITS:
-                docs[lang, split] = DocList(parts[split])
+                docs[lang, split] = DocList(parts[split], paths[split])
         return cls(directory, meta, docs)
 
     def docs(self, lang: str, split: str = "train") -> DocList:

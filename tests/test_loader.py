@@ -251,7 +251,7 @@ def test_unknown_language_and_too_many_ranks(shards: TokenShards) -> None:
 
 
 @pytest.mark.parametrize("bad", [-5, 99999])
-def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shards(sample_tokens: Path, tmp_path: Path, bad: int) -> None:
+def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shard_and_document(sample_tokens: Path, tmp_path: Path, bad: int) -> None:
     """A token array damaged or edited in place at its length passes the shards' checks (shard.json's
     max_id): an id at or over the vocabulary was an IndexError in the masking, a negative one went
     into the batch (an embedding error on CPU, a device assert on GPU)."""
@@ -262,6 +262,16 @@ def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shards(sample_token
     path = sorted(copy.glob("lang=de/*/*/train.tokens.npy"))[0]
     np.save(path, np.full_like(np.load(path), bad))
     loader = MLMLoader(TokenShards.open(copy), LoaderConfig(seq_len=64, batch_size=4, languages=["de"]))
-    with pytest.raises(UserError, match=rf"^token shards {copy}: a lang=de document holds an id outside the vocabulary"):
+    with pytest.raises(UserError, match=rf"^token shard {path}: document 0 \(lang=de\) holds id {bad} outside the "
+                                        r"vocabulary \(0\.\.\d+\)"):
         for _ in range(50):
+            next(loader)
+    np.save(path, np.load(sample_tokens / path.relative_to(copy)))  # one id, in a later document of another file
+    other = sorted(copy.glob("lang=de/*/*/train.tokens.npy"))[-1]
+    tokens, offsets = np.load(other), np.load(other.with_name("train.offsets.npy"))
+    tokens[offsets[-2]] = bad
+    np.save(other, tokens)
+    loader = MLMLoader(TokenShards.open(copy), LoaderConfig(seq_len=64, batch_size=4, languages=["de"]))
+    with pytest.raises(UserError, match=rf"^token shard {other}: document {len(offsets) - 2} \(lang=de\) holds id {bad} "):
+        for _ in range(5000):
             next(loader)
