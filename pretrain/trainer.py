@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -613,6 +614,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _remove_if_nothing_recorded(run_dir: Path) -> None:
+    """Remove the run folder a failed run made if it holds no checkpoint and no metrics record (bad
+    shards, a tokenizer mismatch, an interruption before the first logged step): only an empty
+    metrics.jsonl and TensorBoard's header. A run that logged a step keeps its records to look at."""
+    metrics = run_dir / "metrics.jsonl"
+    if not (run_dir / "checkpoints").exists() and (not metrics.exists() or metrics.stat().st_size == 0):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def main(args: argparse.Namespace) -> int:
     cfg, source = run_config_and_source(args.config, args.set, {"output": args.output, "steps": args.steps,
                                                                 "deepspeed": args.deepspeed})
@@ -623,10 +633,17 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume and latest.exists():
         raise UserError(f"run dir {cfg.output} already holds checkpoints (latest: {latest.read_text().strip()}): "
                         f"pass --resume to continue it, or choose another output")
-    trainer = Trainer(cfg, source, universal=args.universal)
-    if args.resume:
-        trainer.resume(None if args.resume == "latest" else args.resume)
-    record = trainer.train()
+    run_dir = Path(cfg.output)
+    made = not run_dir.exists()
+    try:
+        trainer = Trainer(cfg, source, universal=args.universal)
+        if args.resume:
+            trainer.resume(None if args.resume == "latest" else args.resume)
+        record = trainer.train()
+    except BaseException:
+        if made and int(os.environ.get("RANK", "0")) == 0:
+            _remove_if_nothing_recorded(run_dir)
+        raise
     if trainer.rank == 0:
         print(f"trained {trainer.step} steps: loss {record.get('loss', float('nan')):.4f}; run dir {cfg.output}")
     return 0

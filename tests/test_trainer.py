@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -425,6 +427,33 @@ def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.C
     (tmp_path / "run" / "checkpoints" / "latest").write_text("step-4")
     assert main(["train", "--config", str(config)]) == 2
     assert "already holds checkpoints (latest: step-4): pass --resume" in capsys.readouterr().err
+
+
+def test_a_run_that_fails_before_recording_anything_leaves_no_run_dir(tmp_path: Path, single_rank: None,
+                                                                       sample_tokenizer: Path, sample_tokens: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """Bad token shards fail the first batch: the run dir it made (an empty metrics.jsonl, TensorBoard's
+    header) goes; one the user made stays, and so does a run dir with a logged step or a checkpoint."""
+    from pretrain.__main__ import main
+    from pretrain.trainer import _remove_if_nothing_recorded
+
+    tokens = tmp_path / "tokens"
+    shutil.copytree(sample_tokens, tokens)
+    for path in tokens.glob("lang=*/*/*/train.tokens.npy"):
+        np.save(path, np.full_like(np.load(path), 99999))
+    config = write_config(tmp_path / "run.yaml", sample_tokenizer, tokens, tensorboard=True)
+    assert main(["train", "--config", str(config)]) == 2
+    assert "outside the vocabulary" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()
+    assert main(["train", "--config", str(config)]) == 2
+    assert (tmp_path / "run").is_dir()
+    for leave in ("metrics.jsonl", "checkpoints/step-4"):
+        run = tmp_path / leave.replace("/", "-")
+        (run / leave).parent.mkdir(parents=True)
+        (run / leave).write_text('{"step": 1}\n')
+        _remove_if_nothing_recorded(run)
+        assert (run / leave).exists()
 
 
 # --- subprocesses: SIGKILL and resume, the launcher --------------------------------------------------------
