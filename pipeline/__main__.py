@@ -277,8 +277,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                           "only its tasks that had not finished (without it, an unfinished run is removed)")
     st = sub.add_parser(
         "status", help="how far a run is: stages and tasks done, failed or pending, input covered (from its files)",
-        description="Read a run's state from its files alone: a corpus output (its finished corpus and any "
-                    "unfinished run in it), a DaskRunner task folder, or a --temp_location holding task folders.")
+        description="Read a run's state from its files alone: a corpus output (its finished corpus, whether "
+                    "shards are missing or cannot be opened, and any unfinished run in it), a DaskRunner task "
+                    "folder, or a --temp_location holding task folders.")
     st.add_argument("path", metavar="OUTPUT_OR_TEMP", help="corpus output, task folder or --temp_location")
 
     lm = sub.add_parser(

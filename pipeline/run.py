@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOp
 
 from .config import CorpusConfig, step_store_paths
 from .graph import INPUT_LABEL, build_pipeline, build_steps
-from .output import fs, layout, lease, stores
+from .output import fs, layout, lease, shards, stores
 from .output.layout import (ARTIFACTS, COMMIT, IO_FILE, LEASE, REJECTED, REPORT, RUN_FILE, RUN_LOCK, RUN_STATE,
                             STAGING, TASK_FOLDER)
 from .readers import spill
@@ -654,6 +654,23 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         return {**json.load(stream), **run}
 
 
+def damage(path: str) -> list[str]:
+    """What is wrong with the files of the finished corpus in ``path`` that a reader needs: its
+    stats.json (missing, not JSON, not ours) and the Arrow and Parquet shards whose footer cannot be
+    read. Reads each shard's footer: one or two small reads a shard, in a bucket too."""
+    problems = []
+    try:
+        fs.read_json(fs.join(path, ARTIFACTS[0]), ("config", "counters"))
+    except UserError as exc:
+        problems.append(str(exc))
+    files = [p for fmt in ("arrow", "parquet") for p in layout.shard_files(path, fmt) if p.endswith(layout.FORMATS[fmt])]
+    bad = [(shard, why) for shard in files if (why := shards.unreadable(shard))]
+    if bad:
+        more = f", and {len(bad) - 1} more" if len(bad) > 1 else ""
+        problems.append(f"{len(bad)} of the {len(files)} shards cannot be read: {bad[0][0]} ({bad[0][1]}){more}")
+    return problems
+
+
 def status(path: str) -> list[str]:
     """How far the runs in ``path`` are, from their files alone (``python -m pipeline status``):
     ``path`` is a corpus output (its finished corpus and the unfinished runs in it), a DaskRunner
@@ -671,6 +688,7 @@ def status(path: str) -> list[str]:
         gap = layout.missing_shards(path)
         if gap:
             lines.append(f"  incomplete: {gap}")
+        lines += [f"  damaged: {problem}" for problem in damage(path)]
     folders = [(f"{folder} (unfinished run)", state["task_folder"]) for folder, state in unfinished(path)
                if state.get("task_folder")]
     lines += [f"{folder}: an unfinished run of a runner without a task ledger; "

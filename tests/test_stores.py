@@ -120,7 +120,7 @@ def store_run(bucket: Bucket, *extra: str) -> int:
                  "--set", f"perplexity.cutoffs={bucket.url('models/cutoff.csv')}", *bucket.flags, *extra])
 
 
-def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, local_reference):
+def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, local_reference, capsys):
     files, lms, cutoffs, local = local_reference
     fill(bucket, files, lms, cutoffs)
     assert store_run(bucket) == 0
@@ -139,6 +139,10 @@ def test_a_run_from_bucket_to_bucket_writes_what_a_local_run_writes(bucket, loca
     # the pipeline reads its own bucket output too: cutoffs computed from the stored corpus
     assert main(["cutoffs", "--corpus", bucket.url("corpus"), "--out", bucket.url("derived/cutoff.csv"), *bucket.flags]) == 0
     assert bucket.get("derived/cutoff.csv").startswith(b",ar,de,el,en,")
+    capsys.readouterr()  # and status reads each shard's footer from the bucket: whole
+    assert main(["status", bucket.url("corpus"), *bucket.flags]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith(f"{bucket.url('corpus')}: a finished corpus ("), out
 
 
 @pytest.mark.slow  # make test keeps the local case (test_pipeline.py)

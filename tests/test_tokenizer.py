@@ -323,5 +323,33 @@ def test_a_corpus_missing_shards_is_said(sample_corpus: Path, tmp_path: Path, ca
     (shards[0].parent / f"{shards[1].name}.tmp-0123").write_bytes(b"")  # a writer's leftover is not a shard
     assert pipeline_main(["status", str(corpus)]) == 0
     assert f"incomplete: 1 of the {len(shards)} shards" in capsys.readouterr().out
-    (corpus / "stats.json").write_text("{}")  # not ours: status and the readers go on (report says what is wrong)
-    assert pipeline_main(["status", str(corpus)]) == 0 and "incomplete" not in capsys.readouterr().out
+    (corpus / "stats.json").write_text("{}")  # not ours: status says so, and the readers go on
+    assert pipeline_main(["status", str(corpus)]) == 0
+    out = capsys.readouterr().out
+    assert "incomplete" not in out and f"  damaged: {corpus / 'stats.json'}: not written by pipeline run" in out
+
+
+def test_status_names_the_damaged_files_of_a_finished_corpus(sample_corpus: Path, tmp_path: Path, capsys) -> None:
+    """A stats.json that is not JSON and shards cut short (a copy that stopped): ``pipeline status``
+    called the corpus finished and said nothing; each shard's footer is read now."""
+    import pyarrow.parquet as pq
+
+    from pipeline.__main__ import main as pipeline_main
+    from pipeline.output.shards import read_shard
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    shards = sorted(corpus.glob("lang=*/bucket=*/part-*.arrow"))
+    pq.write_table(read_shard(str(shards[0])), shards[0].with_suffix(".parquet"))  # a whole one: said nothing of
+    assert pipeline_main(["status", str(corpus)]) == 0
+    assert "  damaged:" not in capsys.readouterr().out
+    stats = corpus / "stats.json"
+    stats.write_text(stats.read_text()[:-10])
+    for shard in (shards[1], shards[0].with_suffix(".parquet")):
+        shard.write_bytes(shard.read_bytes()[:-100])
+    assert pipeline_main(["status", str(corpus)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{corpus}: a finished corpus (DirectRunner, {out[0].split(', ')[1]}"
+    assert out[1].startswith(f"  damaged: {stats}: not valid JSON")
+    assert out[2].startswith(f"  damaged: 2 of the {len(shards) + 1} shards cannot be read: {shards[1]} (")
+    assert out[2].endswith("), and 1 more") and len(out) == 3

@@ -207,6 +207,20 @@ def read_shard(path: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()
 
 
+def unreadable(path: str) -> str | None:
+    """Why Arrow or Parquet shard ``path`` cannot be opened (a copy cut short, another file under its
+    name), from its footer alone; None when it opens. ``pipeline status`` asks it of every shard."""
+    try:
+        with fs.open_read(path) as stream:
+            if path.endswith(FORMATS["parquet"]):
+                pq.ParquetFile(stream)
+            else:
+                pa.ipc.open_file(stream)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        return str(exc).splitlines()[0][:200]
+    return None
+
+
 def write_jsonl(records: Iterable[dict[str, Any]], path: str) -> None:
     """Records (rejected, removed) as sorted JSON lines."""
     lines = sorted(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in records)
