@@ -82,6 +82,9 @@ class CorpusConfig:
     """Extra Beam pipeline options, e.g. [--direct_num_workers=2]."""
     sections: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"internal": True})
     """Each step's config, by step name (built by :func:`load_config`; a step without one has its defaults)."""
+    own_beam_options: tuple[str, int] = dataclasses.field(default=("", 0), metadata={"internal": True})
+    """Where the config's own ``beam_options`` came from (the YAML file or its ``--set``) and how many
+    of them lead the list, before the command line's Beam flags: for an error about one of them."""
 
     def step_classes(self) -> list[type[Step]]:
         """The classes of ``steps``, in order."""
@@ -261,6 +264,7 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
     add ``beam_flags`` (the command line's Beam options) to ``beam_options``."""
     data, source = merged_config_data(path, overrides, sets)
     cfg = build_dataclass(CorpusConfig, {k: v for k, v in data.items() if k in TOP_LEVEL}, source)
+    cfg.own_beam_options = (source_of(source, "beam_options"), len(cfg.beam_options))
     cfg.beam_options = [*cfg.beam_options, *(beam_flags or [])]
     try:
         classes = cfg.step_classes()

@@ -519,6 +519,11 @@ def run_corpus(cfg: CorpusConfig, overwrite: bool = False, resume: bool = False)
 
 def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_done: contextlib.ExitStack) -> dict[str, Any]:
     """:func:`run_corpus`, whose end releases what ``held_until_done`` holds (the staging folder)."""
+    origin, own = cfg.own_beam_options
+    try:  # the config's own flags first: an error about one of them names where it was written
+        pipeline_options(cfg.runner, cfg.beam_options[:own])
+    except UserError as exc:
+        raise UserError(f"{origin}: beam_options: {exc}") from None
     options = pipeline_options(cfg.runner, cfg.beam_options)
     fs.configure(options)
     fs.check_folder(cfg.output, "output")  # not found out by the shards' writers at the end of the run

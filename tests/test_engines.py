@@ -683,6 +683,11 @@ def test_local_cluster_listens_on_loopback_only():
     pytest.param(["--runner", "DaskRunner", "--temp_location=/proc/polyglot"], "--temp_location /proc/polyglot: cannot write a file there", marks=pytest.mark.slow),
     pytest.param(["--runner", "PortableRunner", "--job_endpoint=nohost"], "--job_endpoint (the job service) nohost: expected HOST:PORT", marks=pytest.mark.slow),
     (["--runner", "PortableRunner", f"--job_endpoint=127.0.0.1:{free_port()}"], "cannot be reached"),
+    # a Beam flag the config gave is named as its --set (or its file); one the command line gave, as itself
+    (["--set", "beam_options=[--direct_num_workers=x]"],
+     "error: --set beam_options=[--direct_num_workers=x]: beam_options: argument --direct_num_workers: invalid int"),
+    (["--direct_running_mode=bogus", "--set", "beam_options=[--direct_running_mode=in_memory]"],
+     "error: argument --direct_running_mode: invalid choice: 'bogus'"),
 ])
 def test_engine_mistakes_are_one_line(sample, tmp_path, engine, expected, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no cached job server JAR
