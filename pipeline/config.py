@@ -148,7 +148,7 @@ def _check_section(name: str, section: Any, source: Source) -> None:
         try:
             section.validate()
         except UserError as exc:
-            raise UserError(f"{source_of(source, name)}: {name}: {exc}") from None
+            raise UserError(f"{source.within(name)}: {name}: {exc}") from None
 
 
 def _makers(field: str) -> str:

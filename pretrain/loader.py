@@ -34,7 +34,7 @@ import numpy as np
 from pipeline.util.configfile import Source, build_dataclass, check_choices_and_ranges, source_of
 from pipeline.util.errors import UserError
 
-from .shards import SPLITS, DocList, TokenShards
+from .shards import DocList, TokenShards
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 MASKINGS = ("token", "whole_word", "span")
@@ -110,6 +110,8 @@ class _Stream:
         self.epoch = self.pos = self.offset = 0
         self._order: np.ndarray | None = None
         self._order_epoch = -1
+        self.index = -1  # the current document's index in ``docs``
+        self.copied: list[int] = []  # the documents the last fill copied tokens from
 
     def _current(self) -> np.ndarray | None:
         if self.pos >= len(self.indices):
@@ -123,7 +125,8 @@ class _Stream:
                 self._order = self.indices
             self._order_epoch = self.epoch
         assert self._order is not None
-        return self.docs[int(self._order[self.pos])]
+        self.index = int(self._order[self.pos])
+        return self.docs[self.index]
 
     def _advance(self) -> None:
         self.pos, self.offset = self.pos + 1, 0
@@ -132,9 +135,11 @@ class _Stream:
         """Write the stream's next tokens into ``out``; returns how many (fewer only at the end of a
         non-cycling stream, or at a document's end when not crossing documents)."""
         filled, n = 0, len(out)
+        self.copied = []
         doc = self._current()
         while doc is not None and filled < n:
             if self.offset < len(doc):
+                self.copied.append(self.index)
                 k = min(len(doc) - self.offset, n - filled)
                 out[filled:filled + k] = doc[self.offset:self.offset + k]
                 filled += k
@@ -207,34 +212,44 @@ class MLMLoader:
         self.step += 1
         langs = np.minimum(np.searchsorted(self._cum, rng.random(self.cfg.batch_size), side="right"),
                            len(self.languages) - 1)
-        ids = self._pack([self.streams[int(lang)] for lang in langs])
-        return self._collate(ids, langs, rng)
+        ids, sources = self._pack([self.streams[int(lang)] for lang in langs])
+        return self._collate(ids, langs, rng, sources)
 
-    def _pack(self, streams: list[_Stream]) -> np.ndarray:
-        """[len(streams), seq_len] int64: ``<s>`` + each stream's next tokens + ``</s>``, padded."""
+    def _pack(self, streams: list[_Stream]) -> tuple[np.ndarray, list[tuple[DocList, list[int]]]]:
+        """[len(streams), seq_len] int64: ``<s>`` + each stream's next tokens + ``</s>``, padded; and
+        each row's documents (to name one in an error)."""
         seq_len = self.cfg.seq_len
         ids = np.full((len(streams), seq_len), PAD_ID, dtype=np.int64)
         ids[:, 0] = BOS_ID
+        sources = []
         for row, stream in enumerate(streams):
             k = stream.fill(ids[row, 1:seq_len - 1], self.cfg.cross_document)
             ids[row, 1 + k] = EOS_ID
-        return ids
+            sources.append((stream.docs, stream.copied))
+        return ids, sources
 
-    def _collate(self, ids: np.ndarray, langs: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
+    def _collate(self, ids: np.ndarray, langs: np.ndarray, rng: np.random.Generator,
+                 sources: list[tuple[DocList, list[int]]]) -> dict[str, Any]:
         import torch
 
         if ids.min() < 0 or ids.max() >= self.vocab_size:  # (shard.json's max_id was checked, not each id)
             row = int(np.flatnonzero(((ids < 0) | (ids >= self.vocab_size)).any(axis=1))[0])
-            lang = self.languages[int(langs[row])]
-            found = next(filter(None, (self.shards.docs(lang, split).outside(self.vocab_size) for split in SPLITS)),
-                         None)
-            where = (f"token shard {found[0]}: document {found[1]} (lang={lang}) holds id {found[2]}" if found else
-                     f"token shards {self.shards.directory}: a lang={lang} document holds an id")
-            raise UserError(f"{where} outside the vocabulary (0..{self.vocab_size - 1}): a token array damaged or "
-                            "edited in place; run `pretrain tokenize` again into a new --out")
+            self._outside_the_vocabulary(self.languages[int(langs[row])], *sources[row])
         inputs, labels = self.mask(ids, rng)
         return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy((ids != PAD_ID).astype(np.int64)),
                 "labels": torch.from_numpy(labels), "lang": torch.from_numpy(langs.astype(np.int64))}
+
+    def _outside_the_vocabulary(self, lang: str, docs: DocList, indices: list[int]) -> None:
+        """The UserError naming the token file, the document and the id outside the vocabulary among
+        ``docs[indices]`` (the documents a row was packed from)."""
+        for index in indices:
+            doc = docs[index]
+            bad = doc[(doc < 0) | (doc >= self.vocab_size)]
+            if len(bad):
+                path, number = docs.locate(index)
+                raise UserError(f"token shard {path}: document {number} (lang={lang}) holds id {bad[0]} outside the "
+                                f"vocabulary (0..{self.vocab_size - 1}): a token array damaged or edited in place; run "
+                                "`pretrain tokenize` again into a new --out")
 
     def _words(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Word index of every position (flat, increasing) and the start position of every word."""
@@ -321,13 +336,15 @@ class MLMLoader:
         stream = _Stream(docs, np.arange(len(docs), dtype=np.int64), self.valid_seed, lang, cycle=False)
         index, lang_index = 0, self.languages.index(lang)
         while True:
-            rows = []
+            rows, sources = [], []
             while len(rows) < self.cfg.batch_size and stream.pos < len(docs):
-                rows.append(self._pack([stream]))
+                row, source = self._pack([stream])
+                rows.append(row)
+                sources += source
             if not rows:
                 return
             rng = _seed(self.valid_seed, VALID_STREAM, _lang_key(lang), index)
-            yield self._collate(np.concatenate(rows), np.full(len(rows), lang_index, dtype=np.int64), rng)
+            yield self._collate(np.concatenate(rows), np.full(len(rows), lang_index, dtype=np.int64), rng, sources)
             index += 1
             if len(rows) < self.cfg.batch_size:
                 return

@@ -293,21 +293,21 @@ class DocList:
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def outside(self, vocab_size: int) -> tuple[Path, int, int] | None:
-        """The first id outside ``0..vocab_size-1``, as (its part's token file, the document's index in
-        that file, the id), or None: a scan of every token, for an error message."""
-        for path, (tokens, offsets) in zip(self.paths, self.parts):
-            bad = np.flatnonzero((tokens < 0) | (tokens >= vocab_size))
-            if len(bad):
-                return path, int(np.searchsorted(offsets, bad[0], side="right")) - 1, int(tokens[bad[0]])
-        return None
-
-    def __getitem__(self, i: int) -> np.ndarray:
+    def _part_of(self, i: int) -> tuple[int, int]:
+        """(part, index in the part) of document ``i``."""
         if not 0 <= i < len(self):
             raise IndexError(i)
         part = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return part, i - int(self.starts[part])
+
+    def locate(self, i: int) -> tuple[Path, int]:
+        """Document ``i``'s token file and its index there (to name in an error)."""
+        part, j = self._part_of(i)
+        return self.paths[part], j
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        part, j = self._part_of(i)
         tokens, offsets = self.parts[part]
-        j = i - int(self.starts[part])
         return tokens[offsets[j]:offsets[j + 1]]
 
 

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -168,7 +169,7 @@ def batch_layout(cfg: RunConfig, world_size: int, source: Source | str) -> tuple
                         f"{micro} x world size {world_size} = {per_step}")
     accum = cfg.global_batch_size // per_step
     if cfg.grad_accum is not None and cfg.grad_accum != accum:
-        raise UserError(f"{source_of(source, 'global_batch_size', 'grad_accum')}: global_batch_size "
+        raise UserError(f"{source_of(source, 'global_batch_size', 'loader.batch_size', 'grad_accum')}: global_batch_size "
                         f"{cfg.global_batch_size} != loader.batch_size {micro} x grad_accum "
                         f"{cfg.grad_accum} x world size {world_size}; set one of global_batch_size, grad_accum")
     return accum, cfg.global_batch_size
@@ -223,7 +224,7 @@ def deepspeed_config(cfg: RunConfig, world_size: int, source: Source | str) -> d
                         "would ignore it")
     clash = [k for k in RUN_OWNED_KEYS if k in ds]
     if clash:
-        raise UserError(f"{cfg.deepspeed}: key {clash[0]!r} is set from the run config ({source}); remove it from the JSON")
+        raise UserError(f"{cfg.deepspeed}: key {clash[0]!r} is set from the run config; remove it from the JSON")
     zero = ds.get("zero_optimization", {})
     if not isinstance(zero, dict):
         raise UserError(f"{cfg.deepspeed}: zero_optimization must be an object ({{\"stage\": 1, ...}}), got {zero!r}")
@@ -614,6 +615,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM as an exit that runs the handlers on its way out (DeepSpeed's launcher and torchrun
+    send it to the ranks left when one fails)."""
+    raise SystemExit(128 + signum)
+
+
+def _rank_zero() -> bool:
+    """Whether this process is rank 0: the process group's, else the launcher's RANK (none: one process)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() == 0 if dist.is_available() and dist.is_initialized() else \
+        os.environ.get("RANK", "0").strip() == "0"
+
+
 def _remove_if_nothing_recorded(run_dir: Path) -> None:
     """Remove the run folder a failed run made if it holds no checkpoint and no metrics record (bad
     shards, a tokenizer mismatch, an interruption before the first logged step): only an empty
@@ -635,15 +650,18 @@ def main(args: argparse.Namespace) -> int:
                         f"pass --resume to continue it, or choose another output")
     run_dir = Path(cfg.output)
     made = not run_dir.exists()
+    terminated = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # a launcher ends the other ranks so when one fails
     try:
         trainer = Trainer(cfg, source, universal=args.universal)
         if args.resume:
             trainer.resume(None if args.resume == "latest" else args.resume)
         record = trainer.train()
     except BaseException:
-        if made and int(os.environ.get("RANK", "0")) == 0:
+        if made and _rank_zero():
             _remove_if_nothing_recorded(run_dir)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, terminated)
     if trainer.rank == 0:
         print(f"trained {trainer.step} steps: loss {record.get('loss', float('nan')):.4f}; run dir {cfg.output}")
     return 0

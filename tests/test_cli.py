@@ -306,10 +306,15 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
         load_config(str(config), {"output": "a"}, sets=["output=b"])
     with pytest.raises(UserError, match=r"^\S+xlmr-tiny.yaml and --set num_attention_heads=3: hidden_size"):
         load_model_config("xlmr-tiny", sets=["num_attention_heads=3", "pad_token_id=1"])
-    # a step section's own check names the file that wrote the section, not a --set of another key
+    # a step section's own check names the file that wrote the section and the --set under it, not
+    # a --set of another key
     config.write_text("input: x.wet.gz\noutput: out\nsteps: [dedup, lid]\nlid: {thresholds: {de: 2}}\n")
     with pytest.raises(UserError, match=f"^{re.escape(str(config))}: lid: thresholds.de=2"):
         load_config(str(config), sets=["beam_options=[]"])
+    with pytest.raises(UserError, match=f"^--set lid.model=m.bin and {re.escape(str(config))}: lid: thresholds.de=2"):
+        load_config(str(config), sets=["lid.model=m.bin"])
+    with pytest.raises(UserError, match=r"^--set lid=\{thresholds: \{de: 3\}\}: lid: thresholds.de=3"):
+        load_config(str(config), sets=["lid={thresholds: {de: 3}}"])
     # the run config's checks that need the world size: global_batch_size given by --set, the batch in the file
     from pretrain.trainer import batch_layout, run_config_and_source
 

@@ -262,7 +262,7 @@ def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shard_and_document(
     path = sorted(copy.glob("lang=de/*/*/train.tokens.npy"))[0]
     np.save(path, np.full_like(np.load(path), bad))
     loader = MLMLoader(TokenShards.open(copy), LoaderConfig(seq_len=64, batch_size=4, languages=["de"]))
-    with pytest.raises(UserError, match=rf"^token shard {path}: document 0 \(lang=de\) holds id {bad} outside the "
+    with pytest.raises(UserError, match=rf"^token shard {path}: document \d+ \(lang=de\) holds id {bad} outside the "
                                         r"vocabulary \(0\.\.\d+\)"):
         for _ in range(50):
             next(loader)
@@ -275,3 +275,8 @@ def test_an_id_outside_the_vocabulary_is_one_line_naming_the_shard_and_document(
     with pytest.raises(UserError, match=rf"^token shard {other}: document {len(offsets) - 2} \(lang=de\) holds id {bad} "):
         for _ in range(5000):
             next(loader)
+    held_out = sorted(copy.glob("lang=de/*/*/valid.tokens.npy"))[0]  # and in a validation batch
+    np.save(held_out, np.full_like(np.load(held_out), bad))
+    loader = MLMLoader(TokenShards.open(copy), LoaderConfig(seq_len=64, batch_size=4, languages=["de"]))
+    with pytest.raises(UserError, match=rf"^token shard {held_out}: document 0 \(lang=de\) holds id {bad} "):
+        list(loader.valid_batches("de"))

@@ -431,9 +431,11 @@ def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.C
 
 def test_a_run_that_fails_before_recording_anything_leaves_no_run_dir(tmp_path: Path, single_rank: None,
                                                                        sample_tokenizer: Path, sample_tokens: Path,
-                                                                       capsys: pytest.CaptureFixture) -> None:
+                                                                       capsys: pytest.CaptureFixture,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Bad token shards fail the first batch: the run dir it made (an empty metrics.jsonl, TensorBoard's
-    header) goes; one the user made stays, and so does a run dir with a logged step or a checkpoint."""
+    header) goes, also when a launcher's SIGTERM ends the run; one the user made stays, and so does a
+    run dir with a logged step or a checkpoint."""
     from pretrain.__main__ import main
     from pretrain.trainer import _remove_if_nothing_recorded
 
@@ -448,6 +450,20 @@ def test_a_run_that_fails_before_recording_anything_leaves_no_run_dir(tmp_path: 
     (tmp_path / "run").mkdir()
     assert main(["train", "--config", str(config)]) == 2
     assert (tmp_path / "run").is_dir()
+    shutil.rmtree(tmp_path / "run")
+
+    def terminated(trainer: Trainer) -> None:  # the launcher ends this rank when another failed
+        trainer.run_dir.mkdir(parents=True)
+        (trainer.run_dir / "metrics.jsonl").touch()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+    monkeypatch.setattr(Trainer, "train", terminated)
+    config = write_config(tmp_path / "run.yaml", sample_tokenizer, sample_tokens)
+    with pytest.raises(SystemExit) as ended:
+        main(["train", "--config", str(config)])
+    assert ended.value.code == 128 + signal.SIGTERM and not (tmp_path / "run").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     for leave in ("metrics.jsonl", "checkpoints/step-4"):
         run = tmp_path / leave.replace("/", "-")
         (run / leave).parent.mkdir(parents=True)

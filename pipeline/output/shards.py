@@ -216,8 +216,8 @@ def unreadable(path: str) -> str | None:
                 pq.ParquetFile(stream)
             else:
                 pa.ipc.open_file(stream)
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        return str(exc).splitlines()[0][:200]
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a footer with a wrong length or type, too
+        return (str(exc) or type(exc).__name__).splitlines()[0][:200]
     return None
 
 

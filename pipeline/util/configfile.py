@@ -128,15 +128,22 @@ class Source:
         sets = [given for given in self.given.values() if given.startswith("--set ")]
         return f"{where} with {' '.join(sets)}" if sets else where
 
+    def _given(self, key: str) -> tuple[str | None, list[str]]:
+        """What gave ``key`` or a section above it (None: the file), and what gave keys below it."""
+        parts = key.split(".")
+        above = next((self.given[k] for k in (".".join(parts[:end]) for end in range(len(parts), 0, -1))
+                      if k in self.given), None)
+        return above, [given for name, given in self.given.items() if name.startswith(key + ".")]
+
     def of(self, key: str) -> str:
         """What gave ``key``, a section above it or a key below it on the command line, else the file."""
-        parts = key.split(".")
-        for end in range(len(parts), 0, -1):
-            given = self.given.get(".".join(parts[:end]))
-            if given is not None:
-                return given
-        below = [given for name, given in self.given.items() if name.startswith(key + ".")]
-        return below[-1] if below else self.path or "command line"
+        above, below = self._given(key)
+        return above or (below[-1] if below else self.path or "command line")
+
+    def within(self, section: str) -> str:
+        """What gave the keys of ``section``: what gave it whole, else every ``--set`` below it and the file."""
+        above, below = self._given(section)
+        return above or " and ".join(dict.fromkeys([*below, self.path or "command line"]))
 
 
 def _record(given: dict[str, str], key: str, what: str) -> None:

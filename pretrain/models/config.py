@@ -118,7 +118,7 @@ def validate_model_config(cfg: ModelConfig, source: Source | str) -> ModelConfig
     if cfg.objective == "rtd" and cfg.arch != "deberta-v3":
         raise UserError(f"{source_of(source, 'objective', 'arch')}: objective rtd needs arch deberta-v3, got {cfg.arch}")
     if not 0 <= cfg.pad_token_id < cfg.vocab_size:
-        raise UserError(f"{source_of(source, 'pad_token_id', 'vocab_size')}: pad_token_id={cfg.pad_token_id} is "
+        raise UserError(f"{source_of(source, 'pad_token_id')}: pad_token_id={cfg.pad_token_id} is "
                         f"outside the vocabulary ({cfg.vocab_size})")
     bad = [t for t in cfg.pos_att_type if t not in POS_ATT_TYPES]
     if cfg.arch == "deberta-v3" and not cfg.pos_att_type:
