@@ -376,6 +376,8 @@ class Tokenizer:
                 raise UserError(f"tokenizer {directory}: no {path.name} (write one with `python -m pretrain tokenizer`)")
         model = model_path.read_bytes()
         meta = fs.read_json(meta_path, what="tokenizer")
+        if not model:  # SentencePiece loads an empty model without a word: no pieces at all
+            raise UserError(f"tokenizer {model_path}: an empty file, not a SentencePiece model")
         try:
             tokenizer = cls(model, meta)
         except RuntimeError as exc:

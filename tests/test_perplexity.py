@@ -166,6 +166,9 @@ def test_bad_model_files_are_clear_errors(sample_lms, tmp_path):
     (tmp_path / "de.sp.model").write_bytes(sp[: len(sp) // 3])  # truncated
     with pytest.raises(UserError, match="de.sp.model: not a SentencePiece model"):
         check_models(str(tmp_path), None)
+    (tmp_path / "de.sp.model").write_bytes(b"")
+    with pytest.raises(UserError, match="de.sp.model: an empty file, not a SentencePiece model"):
+        check_models(str(tmp_path), None)
 
 
 def test_train_lm_on_a_tiny_text_uses_discount_fallback(tmp_path):

@@ -213,6 +213,9 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     (tmp_path / "broken" / OUR_MODEL).write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a SentencePiece model"):
         Tokenizer.load(tmp_path / "broken")
+    (tmp_path / "broken" / OUR_MODEL).write_bytes(b"")  # SentencePiece takes it: an IndexError further on
+    with pytest.raises(UserError, match=f"{OUR_MODEL}: an empty file, not a SentencePiece model"):
+        Tokenizer.load(tmp_path / "broken")
 
 
 def test_a_hand_edited_alpha_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_path: Path, capsys) -> None:

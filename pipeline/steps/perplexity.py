@@ -102,9 +102,11 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
                 raise UserError(f"{lm_path}: KenLM cannot load it, the file is truncated or corrupt ({detail})") from None
         try:
             with fs.open_read(sp_path) as f:
-                spm.SentencePieceProcessor(model_proto=f.read())
+                pieces = spm.SentencePieceProcessor(model_proto=f.read()).get_piece_size()
         except RuntimeError as exc:
             raise UserError(f"{sp_path}: not a SentencePiece model ({str(exc).splitlines()[0]})") from None
+        if not pieces:  # an empty file loads as a model of no pieces
+            raise UserError(f"{sp_path}: an empty file, not a SentencePiece model")
     return found
 
 
