@@ -13,8 +13,8 @@ from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import (DEBUG_ENV, INTERRUPTED, INTERRUPTED_STATUS, PATH_ERRORS, StepFailed, UserError, interrupted,
-                          one_line)
+from .util.errors import (DEBUG_ENV, INTERRUPTED, INTERRUPTED_STATUS, StepFailed, UserError, interrupted, one_line,
+                          path_error)
 from .output.layout import shard_pattern
 from .report import background
 from .runners import lean_import, prefork
@@ -355,12 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"run": cmd_run, "status": cmd_status, "train-lm": cmd_train_lm, "cutoffs": cmd_cutoffs, "report": cmd_report}
     try:
         return commands[args.command](args, extra)
-    except (UserError, *PATH_ERRORS) as exc:
-        if os.environ.get(DEBUG_ENV) == "1":  # what raised it, where a step's code did
-            traceback.print_exc()
-        print(one_line(exc), file=sys.stderr)
-        return 2
     except BaseException as exc:
+        if isinstance(exc, UserError) or path_error(exc):
+            if os.environ.get(DEBUG_ENV) == "1":  # what raised it, where a step's code did
+                traceback.print_exc()
+            print(one_line(exc), file=sys.stderr)
+            return 2
         if not interrupted(exc):
             raise
         print(f"{INTERRUPTED}; the next run on its output finishes or removes what this one left there "

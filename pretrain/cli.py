@@ -3,7 +3,7 @@
 Each subcommand lives in its own module, which defines ``add_arguments(parser)`` and
 ``main(args) -> int``. Only the chosen command's module is imported, so ``--help`` and light
 commands do not pay for importing torch or DeepSpeed. A :class:`~pipeline.util.errors.UserError`,
-or a path of the wrong kind (:data:`~pipeline.util.errors.PATH_ERRORS`), becomes one ``error:`` line
+or a path of the wrong kind (:func:`~pipeline.util.errors.path_error`), becomes one ``error:`` line
 and exit status 2.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 
 from pipeline.util.configfile import KeysHelpParser
-from pipeline.util.errors import INTERRUPTED, INTERRUPTED_STATUS, PATH_ERRORS, UserError, interrupted, one_line
+from pipeline.util.errors import INTERRUPTED, INTERRUPTED_STATUS, UserError, interrupted, one_line, path_error
 
 Commands = dict[str, tuple[str, str]]
 """command name -> (module path, one-line help)."""
@@ -57,10 +57,10 @@ def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = N
     args = parser.parse_args(rest)
     try:
         return int(module.main(args) or 0)
-    except (UserError, *PATH_ERRORS) as exc:
-        print(one_line(exc), file=sys.stderr)
-        return 2
     except BaseException as exc:
+        if isinstance(exc, UserError) or path_error(exc):
+            print(one_line(exc), file=sys.stderr)
+            return 2
         if not interrupted(exc):
             raise
         print(INTERRUPTED, file=sys.stderr)

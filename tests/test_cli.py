@@ -190,6 +190,22 @@ def test_an_input_that_is_a_pipe_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_symbolic_link_loop_is_one_line(tmp_path):
+    """A path that is a loop of symbolic links (or too long a name): the OSError's traceback, where a
+    folder or a file of the wrong kind was one line."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for tool, args in (("pipeline", ["run", "--config"]), ("pretrain", ["train", "--config"]),
+                       ("xeval", ["report", "--out", str(tmp_path / "r")])):
+        done = subprocess.run([sys.executable, "-m", tool, *args, str(tmp_path / "a")], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.endswith(f"{tmp_path / 'a'}: Too many levels of symbolic links\n"), \
+            done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+    done = cli("run", "--config", "x" * 300 + ".yaml")
+    assert done.returncode == 2 and done.stderr == f"error: {'x' * 300}.yaml: File name too long\n", done.stderr
+
+
 def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
     """A folder where a file is written, a file where a folder is needed, a folder of other files:
     one line, exit 2, and what was there is still there."""

@@ -1,6 +1,7 @@
 """Errors caused by the user's input or configuration: the CLI prints them as one line."""
 from __future__ import annotations
 
+import errno
 import re
 from typing import Any, Callable, TypeVar
 
@@ -9,6 +10,15 @@ T = TypeVar("T")
 PATH_ERRORS = (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 """What the operating system says of a path of the wrong kind (a file where a folder must be, or
 the other way round) or one that may not be written: the user's paths, reported as one line."""
+PATH_ERRNOS = (errno.ELOOP, errno.ENAMETOOLONG)
+"""The same for a plain OSError: a symbolic link loop, a name too long (:func:`path_error`)."""
+
+
+def path_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the operating system's word on a path the user gave (:data:`PATH_ERRORS`,
+    :data:`PATH_ERRNOS`): one line, not a traceback."""
+    return isinstance(exc, PATH_ERRORS) or (isinstance(exc, OSError) and exc.errno in PATH_ERRNOS
+                                            and exc.filename is not None)
 
 
 DEBUG_ENV = "POLYGLOT_DEBUG"
@@ -36,7 +46,7 @@ _MEANING = {FileExistsError: "a file where a folder is needed", NotADirectoryErr
 
 
 def one_line(exc: Exception) -> str:
-    """The ``error:`` line of a :class:`UserError` or of one of :data:`PATH_ERRORS` (naming its paths)."""
+    """The ``error:`` line of a :class:`UserError` or of a :func:`path_error` (naming its paths)."""
     if isinstance(exc, OSError) and exc.filename is not None:
         paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
         meaning = _MEANING.get(type(exc))
