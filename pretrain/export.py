@@ -20,11 +20,15 @@ def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = N
     ``tokenizer`` (default: the folder the checkpoint's meta.json names). The model is written to a
     folder beside ``out`` and swapped in whole, so a failed export leaves the previous one as it was."""
     from pipeline.output import fs
+    from pipeline.util.errors import UserError
     from pretrain.checkpoint import load_for_inference
     from pretrain.models.hf import TOKENIZER_FILES, save_hf
 
     final = Path(os.path.realpath(out))  # a link to a folder: the folder is swapped, the link kept
     fs.check_folder(out, "--out", ("config.json", "model.safetensors", "generator", *TOKENIZER_FILES))
+    if final.is_dir() and any(final.iterdir()) and not (final / "config.json").is_file():  # an export has one
+        raise UserError(f"--out {out}: the folder holds tokenizer files and no config.json: a tokenizer, not an export "
+                        "(an export replaces its folder whole); give a new or empty folder, or an earlier export's")
     fs.restore_folder(final)  # an export killed between its two renames
     cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag, tokenizer=tokenizer)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")

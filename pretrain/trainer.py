@@ -615,6 +615,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+OTHER_OUTPUTS = {"config.json": "an HF model (pretrain export)", "meta.json": "token shards (pretrain tokenize)",
+                 "tokenizer_meta.json": "a tokenizer (pretrain tokenizer)", "stats.json": "a corpus (pipeline run)"}
+"""Files at the top of another command's output folder, which a run directory never holds there."""
+
+
+def check_run_dir(cfg: RunConfig, source: Source | str) -> None:
+    """UserError if ``output`` is, or lies in, the token shards or the tokenizer the run reads, or is
+    another command's output folder: the run's files would mix with them (and the command that
+    wrote them would refuse its folder afterwards)."""
+    out, where = Path(cfg.output).resolve(), f"{source_of(source, 'output')}: output {cfg.output}"
+    for key in ("tokens", "tokenizer"):
+        read = Path(getattr(cfg, key)).resolve()
+        if out == read or read in out.parents:
+            raise UserError(f"{where}: the {key} folder the run reads ({getattr(cfg, key)}), or in it; give the run a "
+                            "folder of its own")
+    found = next((name for name in OTHER_OUTPUTS if (out / name).exists()), None)
+    if found:
+        raise UserError(f"{where}: the folder holds {found}, {OTHER_OUTPUTS[found]}; give the run a folder of its own")
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM as an exit that runs the handlers on its way out (DeepSpeed's launcher and torchrun
     send it to the ranks left when one fails)."""
@@ -648,6 +668,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume and latest.exists():
         raise UserError(f"run dir {cfg.output} already holds checkpoints (latest: {latest.read_text().strip()}): "
                         f"pass --resume to continue it, or choose another output")
+    check_run_dir(cfg, source)
     run_dir = Path(cfg.output)
     made = not run_dir.exists()
     terminated = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # a launcher ends the other ranks so when one fails

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,17 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     assert (tmp_path / "hflink").is_symlink() and (tmp_path / "hf" / "model.safetensors").read_bytes() == \
         exported["model.safetensors"]  # step-1's again
     assert not list(tmp_path.glob(".hf*"))
+    modes = {p.name: p.stat().st_mode for p in (tmp_path / "hf").iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == modes["config.json"], modes  # safetensors made it 0600
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
     assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "notes"), "--tokenizer", str(sample_tokenizer)]) == 2
     assert "the folder holds 'todo.txt', not written by this command" in capsys.readouterr().err
+    tokenizer = tmp_path / "tokenizer"  # a tokenizer's files are an export's too: the folder was replaced by one
+    shutil.copytree(sample_tokenizer, tokenizer)
+    assert main(["export", "--checkpoint", str(run), "--out", str(tokenizer), "--tokenizer", str(sample_tokenizer)]) == 2
+    assert f"--out {tokenizer}: the folder holds tokenizer files and no config.json" in capsys.readouterr().err
+    assert sorted(p.name for p in tokenizer.iterdir()) == sorted(p.name for p in sample_tokenizer.iterdir())
     assert main(["export", "--checkpoint", str(run / "checkpoints" / "step-1"), "--tag", "step-2",
                  "--out", str(tmp_path / "x")]) == 2
     assert "--tag step-2 names another one" in capsys.readouterr().err

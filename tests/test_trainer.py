@@ -418,6 +418,26 @@ def test_a_truncated_checkpoint_names_itself_and_the_way_out(tmp_path: Path, sin
         trainer_for(tmp_path, sample_tokenizer, sample_tokens, steps=6).resume(None)
 
 
+def test_a_run_dir_is_a_folder_of_its_own(tmp_path: Path, sample_tokenizer: Path, sample_tokens: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    """--output given the token shards, the tokenizer (or a folder in them), a corpus or an HF export:
+    the run wrote its checkpoints among their files, and tokenize or tokenizer then refused their
+    own folder."""
+    from pretrain.__main__ import main
+
+    config = write_config(tmp_path / "run.yaml", sample_tokenizer, sample_tokens)
+    export = tmp_path / "hf"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    for out, message in ((sample_tokens, "the tokens folder the run reads"),
+                         (sample_tokens / "lang=de", "the tokens folder the run reads"),
+                         (sample_tokenizer, "the tokenizer folder the run reads"),
+                         (export, "the folder holds config.json, an HF model (pretrain export)")):
+        assert main(["train", "--config", str(config), "--output", str(out)]) == 2
+        assert capsys.readouterr().err.startswith(f"error: command line: output {out}: {message}")
+    assert sorted(p.name for p in export.iterdir()) == ["config.json"]
+
+
 def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Starting without --resume in a run dir that has checkpoints is refused before anything is loaded."""
     from pretrain.__main__ import main
