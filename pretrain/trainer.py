@@ -148,6 +148,9 @@ def run_config_and_source(path: str | None, sets: list[str] | None = None,
     cfg = build_dataclass(RunConfig, data, source)
     check_choices_and_ranges(cfg, source, CHOICES, RANGES)
     cfg.loader.validate(source, "loader")
+    if cfg.loader.mask_prob == 0:  # (the loader takes it: unmasked batches)
+        raise UserError(f"{source_of(source, 'loader.mask_prob')}: loader.mask_prob=0 masks nothing: a run would "
+                        "predict nothing and learn nothing")
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
         raise UserError(f"{source_of(source, 'optimizer.betas')}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
     for key in ("tokens", "tokenizer", "output"):

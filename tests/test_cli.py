@@ -331,6 +331,14 @@ def test_a_mistake_names_where_the_value_was_written(tmp_path):
         load_config(str(config), sets=["lid.model=m.bin"])
     with pytest.raises(UserError, match=r"^--set lid=\{thresholds: \{de: 3\}\}: lid: thresholds.de=3"):
         load_config(str(config), sets=["lid={thresholds: {de: 3}}"])
+    from xeval.xnli import load_config as load_xnli_config  # xeval's: options that clash name the command line
+
+    xnli = tmp_path / "xnli.yaml"
+    xnli.write_text("languages: [en, fr, de]\nselection_languages: [en]\n")
+    with pytest.raises(UserError, match=r"^command line: selection_languages \['en'\] must be among languages \(fr\)"):
+        load_xnli_config(str(xnli), {"selection_languages": ["en"], "languages": ["fr"]}, [])
+    with pytest.raises(UserError, match=f"^{re.escape(str(xnli))} and command line: selection_languages"):
+        load_xnli_config(str(xnli), {"languages": ["fr"]}, [])
     # the run config's checks that need the world size: global_batch_size given by --set, the batch in the file
     from pretrain.trainer import batch_layout, run_config_and_source
 

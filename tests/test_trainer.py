@@ -81,6 +81,8 @@ def test_unknown_key_and_bad_values_name_the_key(tmp_path: Path) -> None:
     path = write_config(tmp_path / "run.yaml", tmp_path, tmp_path, loader={"masking": "random"})
     with pytest.raises(UserError, match="loader.masking"):
         load_run_config(str(path))
+    with pytest.raises(UserError, match="^--set loader.mask_prob=0: loader.mask_prob=0 masks nothing"):  # it trained
+        load_run_config(str(path), ["loader.masking=token", "loader.mask_prob=0"])  # a model on no prediction at all
 
 
 def test_seeds_out_of_range_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -81,7 +81,8 @@ def load_config(path: str | None, overrides: dict[str, Any], sets: list[str]) ->
     cfg.languages = [lang for lang in XNLI_LANGUAGES if lang in cfg.languages]
     outside = [lang for lang in cfg.selection_languages if lang not in cfg.languages]
     if outside or not cfg.selection_languages:
-        raise UserError(f"{source}: selection_languages {outside or '[]'} must be among languages ({' '.join(cfg.languages)})")
+        raise UserError(f"{source_of(source, 'selection_languages', 'languages')}: selection_languages {outside or '[]'} "
+                        f"must be among languages ({' '.join(cfg.languages)})")
     if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds) or not all(0 <= seed < 2**32 for seed in cfg.seeds):
         raise UserError(f"{source_of(source, 'seeds')}: seeds must be a non-empty list of distinct integers from 0 "
                         f"to 2^32-1, got {cfg.seeds}")
