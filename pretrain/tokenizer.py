@@ -294,6 +294,10 @@ def train_tokenizer(corpus: str | Path, out: str | Path, *, vocab_size: int, alp
         raise UserError(f"--max-sentence-bytes {max_sentence_bytes}: must be 10 to {1 << 30} (SentencePiece's range)")
     if short not in SHORT_POLICIES:
         raise UserError(f"--short-languages {short!r}: one of {', '.join(SHORT_POLICIES)}")
+    if not 0.98 <= character_coverage <= 1.0:  # SentencePiece's range (NaN too), checked only after the sampling
+        raise UserError(f"--character-coverage {character_coverage}: must be 0.98 to 1 (SentencePiece's range)")
+    if not 1 <= threads <= 1024:
+        raise UserError(f"--threads {threads}: must be 1 to 1024 (SentencePiece's range)")
     fs.check_local(str(out), "--out")
     corpus, out, buckets = str(corpus), Path(os.path.realpath(out)), sorted(buckets)  # (a link: its folder's swapped)
     fs.restore_folder(out)

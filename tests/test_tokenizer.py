@@ -163,6 +163,12 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     write_table(docs_to_table([]), str(empty), "arrow")
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     assert "lang=xx" in capsys.readouterr().err
+    for option, value, message in (("--character-coverage", "nan", "must be 0.98 to 1"),  # a traceback; the others
+                                   ("--character-coverage", "2", "must be 0.98 to 1"),    # SentencePiece's own line
+                                   ("--threads", "0", "must be 1 to 1024")):              # after the sampling
+        assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), option, value]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {option} {float(value) if 'cov' in option else value}: "
+                                                  f"{message} (SentencePiece's range)")
     shutil.rmtree(corpus / "lang=xx")
     sampling = corpus / "sampling.json"
     sampling.write_text(sampling.read_text()[:40])
