@@ -435,6 +435,9 @@ def test_report_of_an_edited_results_file_is_one_line(run: Path, tmp_path: Path,
     del results["mode"]
     edited.write_text(json.dumps(results))
     assert f"{edited}: not as xeval writes it (no 'mode')" in _error(capsys, "report", str(edited), "--out", str(tmp_path / "report"))
+    edited.write_bytes(json.dumps(results).encode("utf-16"))  # a BOM: UnicodeDecodeError's traceback
+    assert f"{edited}: not UTF-8 text, so not a results.json" in _error(capsys, "report", str(edited), "--out",
+                                                                         str(tmp_path / "report"))
 
 
 def test_a_failed_run_keeps_the_last_results_and_their_models(run: Path, exported: Path, tmp_path: Path,

@@ -62,6 +62,8 @@ def load_results(path: str) -> dict[str, Any]:
         raise UserError(f"{file}: no such file") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{file}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{file}: not UTF-8 text, so not a results.json ({exc.reason} at byte {exc.start})") from None
     if not isinstance(results, dict) or results.get("schema") != "xeval.xnli/1":
         raise UserError(f"{file}: not an xeval results.json (schema xeval.xnli/1)")
     missing = [key for key in RESULTS_KEYS if key not in results]
