@@ -116,7 +116,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
-    from .steps.lm import kenlm_bin_dir, train_lm
+    from .steps.lm import check_reference, kenlm_bin_dir, train_lm
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -127,8 +127,12 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
     bin_dir = kenlm_bin_dir(args.kenlm_bin)
     fs.check_folder(args.out, "--out")
     out = Path(args.out)
+    kept = {lang for lang in plan
+            if not args.overwrite and (out / f"{lang}.sp.model").exists() and (out / f"{lang}.arpa.bin").exists()}
+    for lang in [lang for lang in plan if lang not in kept]:  # every text read before the first minutes of training
+        check_reference(lang, plan[lang])
     for lang, texts in plan.items():
-        if not args.overwrite and (out / f"{lang}.sp.model").exists() and (out / f"{lang}.arpa.bin").exists():
+        if lang in kept:
             print(f"{lang}: {out}/{lang}.sp.model and {lang}.arpa.bin exist, skipped (--overwrite to retrain)")
             continue
         report = train_lm(lang, texts, out, vocab_size=args.vocab_size, order=args.order, memory=args.memory,

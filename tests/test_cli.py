@@ -177,6 +177,19 @@ def test_lm_commands_user_mistakes(args, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_train_lm_reads_every_text_before_it_trains(tmp_path):
+    """A later language's text empty or not UTF-8 past its first line: de was trained (minutes, with
+    the 11-language config; its models replaced under --overwrite) before fr's text failed."""
+    empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
+    empty.write_text("\n \n")
+    latin1.write_bytes("bonjour\nça va\n".encode("latin-1"))
+    for text, message in ((empty, f"error: fr: the reference text has no non-empty line ({empty})"),
+                          (latin1, f"error: reference text {latin1}: line 2 is not UTF-8 (byte 0)")):
+        done = cli("train-lm", "--lang", "de,fr", "--text", "README.md", "--text", str(text), "--out", str(tmp_path / "lm"))
+        assert done.returncode == 2 and done.stderr == message + "\n", done.stderr
+        assert not (tmp_path / "lm").exists()
+
+
 def test_an_input_that_is_a_pipe_is_one_line(tmp_path):
     """A named pipe given as input (here one nothing writes into) blocked the run for ever, silent;
     a run may read an input twice, which a pipe cannot give."""

@@ -146,6 +146,30 @@ def arpa_counts(arpa: Path) -> dict[int, int]:
     return counts
 
 
+def _visible(norm: str) -> bool:
+    """Whether a normalized line holds a character SentencePiece keeps (not only zero-width ones)."""
+    return any(unicodedata.category(c) not in ("Cf", "Cc", "Zs") for c in norm)
+
+
+def _check_learnable(lang: str, texts: list[str], lines: int, visible: bool) -> None:
+    """UserError unless the texts gave a non-empty normalized line with a visible character."""
+    if lines == 0:
+        raise UserError(f"{lang}: the reference text has no non-empty line ({', '.join(texts)})")
+    if not visible:  # SentencePiece's trainer would end the process (no character to learn)
+        raise UserError(f"{lang}: the reference text has no character SentencePiece keeps, only invisible ones "
+                        f"such as zero-width spaces ({', '.join(texts)})")
+
+
+def check_reference(lang: str, texts: list[str]) -> None:
+    """What :func:`train_lm` would refuse in ``texts``, found before any language is trained: a line
+    that is not UTF-8 (every line is decoded), no line to learn from (normalized only until one)."""
+    lines = visible = 0
+    for line in read_lines(texts):
+        if not visible and (norm := normalize(line)):
+            lines, visible = lines + 1, _visible(norm)
+    _check_learnable(lang, texts, lines, bool(visible))
+
+
 def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET_VOCAB, order: int = 5,
              memory: str = "20%", seed: int = 0, threads: int = 1, bin_dir: Path | None = None) -> LMReport:
     """Train ``<out_dir>/<lang>.sp.model`` and ``<out_dir>/<lang>.arpa.bin`` from reference texts
@@ -164,12 +188,8 @@ def train_lm(lang: str, texts: list[str], out_dir: Path, vocab_size: int = CCNET
                     f.write(norm + "\n")
                     lines += 1
                     longest = max(longest, len(norm.encode("utf-8")))
-                    visible = visible or any(unicodedata.category(c) not in ("Cf", "Cc", "Zs") for c in norm)
-        if lines == 0:
-            raise UserError(f"{lang}: the reference text has no non-empty line ({', '.join(texts)})")
-        if not visible:  # SentencePiece's trainer would end the process (no character to learn)
-            raise UserError(f"{lang}: the reference text has no character SentencePiece keeps, only invisible ones "
-                            f"such as zero-width spaces ({', '.join(texts)})")
+                    visible = visible or _visible(norm)
+        _check_learnable(lang, texts, lines, visible)
         vocab = train_sentencepiece(normalized, tmp / f"{lang}.sp.model", vocab_size, seed, threads, longest)
         import sentencepiece as spm
 
