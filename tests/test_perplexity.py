@@ -1,6 +1,7 @@
 """Perplexity as CCNet computes it, buckets, cutoffs, and bad models, on LMs trained from the sample."""
 from __future__ import annotations
 
+import re
 import shutil
 from unittest import mock
 
@@ -242,6 +243,31 @@ def test_cutoffs_leave_out_a_writers_leftover(tmp_path):
     write_table(pa.table({f.name: rows.get(f.name, [None] * 20) if f.name != "perplexity" else [1.0] * 20
                           for f in SCHEMA}, schema=SCHEMA), f"{shard}.tmp-0123abcd", "arrow")
     assert compute_cutoffs(str(tmp_path), 100_000, 0) == before and before[1] == {"de": 20}
+
+
+def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line(tmp_path):
+    """One NaN in a shard edited by hand made its language's every cutoff NaN (``pipeline run`` then
+    refused the file); ``--out`` replaced whatever file it named (a corpus's stats.json)."""
+    import pyarrow as pa
+
+    from pipeline.__main__ import main
+    from pipeline.output.shards import SCHEMA, write_table
+    from pipeline.steps.perplexity import compute_cutoffs
+
+    shard = tmp_path / "corpus" / "lang=de" / "bucket=all" / "part-00000.arrow"
+    shard.parent.mkdir(parents=True)
+    rows = {"id": [f"d{i}" for i in range(20)], "lang": ["de"] * 20, "perplexity": [100.0 + i * i for i in range(20)]}
+    write_table(pa.table({f.name: rows.get(f.name, [None] * 20) for f in SCHEMA}, schema=SCHEMA), str(shard), "arrow")
+    stats = tmp_path / "corpus" / "stats.json"
+    stats.write_text("{}")
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(stats)]) == 2
+    assert stats.read_text() == "{}"
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0  # its own
+    rows["perplexity"][7] = float("nan")
+    write_table(pa.table({f.name: rows.get(f.name, [None] * 20) for f in SCHEMA}, schema=SCHEMA), str(shard), "arrow")
+    with pytest.raises(UserError, match=f"^{re.escape(str(shard))}: document d7: perplexity nan is not a finite number"):
+        compute_cutoffs(str(tmp_path / "corpus"), 100, 0)
 
 
 def test_what_sentencepiece_keeps_nothing_of_has_no_perplexity(sample_lms, tmp_path):

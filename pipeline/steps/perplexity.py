@@ -347,7 +347,9 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
         except (OSError, EOFError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise UserError(f"{path}: not a corpus shard ({str(exc).splitlines()[0]})") from None
         for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in columns)):
-            if pp is not None:
+            if pp is not None:  # (None: not scored, no model for its language)
+                if not math.isfinite(pp):  # a shard edited by hand: one NaN made the language's every cutoff NaN
+                    raise UserError(f"{path}: document {doc_id}: perplexity {pp} is not a finite number")
                 values.setdefault(lang, []).append((doc_id, pp))
     if not values:
         raise UserError(f"--corpus {corpus}: no document has a perplexity (run the pipeline with perplexity.models)")
