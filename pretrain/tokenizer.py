@@ -144,7 +144,10 @@ def _recorded_weights(path: str, report: dict[str, Any], alpha: float, buckets: 
     chosen = report.get("buckets")  # the corpus config's list, in its order, or "all"
     same_buckets = not buckets if chosen == "all" else isinstance(chosen, list) and sorted(set(chosen)) == buckets
     if report.get("alpha") == alpha and same_buckets and set(recorded) == set(languages):
-        return {lang: float(recorded[lang]["q"]) for lang in languages}, f"{path} (alpha={alpha})"
+        q = {lang: float(recorded[lang]["q"]) for lang in languages}
+        if bad := next((lang for lang, share in q.items() if not 0 <= share <= 1), None):  # NaN too
+            raise ValueError(f"q of {bad} is {q[bad]}, not a share in [0, 1]")
+        return q, f"{path} (alpha={alpha})"
     unit, summary = report.get("unit", "characters"), report.get("corpus", {})
     rehydrated = (report.get("rehydration") or {}).get("languages", {})
     if rehydrated and same_buckets and all(lang in rehydrated for lang in languages):

@@ -179,6 +179,12 @@ def test_bad_input_is_one_line(sample_corpus: Path, sample_tokenizer: Path, tmp_
     sampling.write_text(json.dumps(edited))
     assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
     assert f"corpus statistics {sampling}: not as pipeline run writes it (KeyError: 'q')" in capsys.readouterr().err
+    for q in (float("nan"), -5):  # NaN was a traceback further on; -5 a weight printed and used
+        edited["languages"]["de"]["q"] = q
+        sampling.write_text(json.dumps(edited))
+        assert main(["tokenizer", "--corpus", str(corpus), "--out", str(tmp_path / "t"), "--vocab-size", "1000"]) == 2
+        assert (f"corpus statistics {sampling}: not as pipeline run writes it (ValueError: q of de is {float(q)}, not a "
+                "share in [0, 1])") in capsys.readouterr().err
     shutil.copy(sample_corpus / "sampling.json", sampling)
     shard = next((corpus / "lang=de" / "bucket=all").glob("part-*.arrow"))
     shard.write_bytes(shard.read_bytes()[:200])
