@@ -86,6 +86,14 @@ def test_parallel_is_identical_and_rerun_skips_written_shards(sample_tokens: Pat
     assert info["train"]["documents"] + info["valid"]["documents"] + info["empty_documents"] == 5
     assert [p for p in out.rglob("shard.json") if p.stat().st_mtime_ns != stamps[p]] == [
         out / "lang=de" / "bucket=all" / shard.stem / "shard.json"]
+    # fewer --languages into the same --out: meta.json lists those, and the others' shards are said
+    capsys.readouterr()
+    tokenize_corpus(corpus, sample_tokenizer, out, languages=["de"], valid_fraction=VALID)
+    others = sorted(p.name for p in out.glob("lang=*") if p.name != "lang=de")
+    assert list(json.loads((out / "meta.json").read_text())["languages"]) == ["de"] and others
+    assert capsys.readouterr().err == (f"warning: --out {out}: {', '.join(others)} from an earlier run are not in this "
+                                       "run's meta.json (training reads only what it lists); remove them, or rerun "
+                                       "with those languages\n")
 
 
 def test_a_rerun_holds_out_what_a_new_run_holds_out(sample_tokenizer: Path, tmp_path: Path) -> None:
