@@ -413,7 +413,8 @@ def rehydration_arg(value: str) -> tuple[tuple[int, int], ...]:
     if value == "fineweb2":
         return FINEWEB2_REHYDRATION
     try:
-        pairs = tuple(tuple(pair) for pair in json.loads(value))
+        loaded = json.loads(value)
+        pairs = tuple(tuple(pair) for pair in loaded) if isinstance(loaded, list) else ((None,),)  # {}: no pairs
     except (ValueError, TypeError):
         pairs = ((None,),)
     if not all(len(pair) == 2 and all(type(n) is int for n in pair) for pair in pairs):
