@@ -223,7 +223,7 @@ def check_lm_options(args: argparse.Namespace) -> None:
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     from .output import fs, stores
-    from .steps.perplexity import compute_cutoffs, read_cutoffs, write_cutoffs
+    from .steps.perplexity import compute_cutoffs, not_a_cutoff_table, write_cutoffs
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -231,12 +231,8 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
         raise UserError(f"--sample {args.sample}: must be at least 1 (documents per language)")
     fs.check_file(args.out, "--out")  # before the corpus is read
     stores.open_stores(args, {"--corpus": args.corpus}, {"--out": args.out})
-    if fs.exists(args.out):  # replaced only where it is a cutoff table (a corpus's stats.json was replaced too)
-        try:
-            read_cutoffs(args.out)
-        except UserError as exc:
-            raise UserError(f"--out {args.out}: the file there is not a cutoff table ({exc}); give a new path, or "
-                            "remove it first") from None
+    if fs.exists(args.out) and (why := not_a_cutoff_table(args.out)):  # (a corpus's stats.json was replaced)
+        raise UserError(f"--out {args.out}: the file there is {why}; give a new path, or remove it first")
     cutoffs, used = compute_cutoffs(args.corpus, args.sample, args.seed)
     write_cutoffs(cutoffs, args.out)
     print(f"cutoffs for {len(cutoffs)} languages written to {args.out}")

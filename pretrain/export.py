@@ -26,9 +26,11 @@ def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = N
 
     final = Path(os.path.realpath(out))  # a link to a folder: the folder is swapped, the link kept
     fs.check_folder(out, "--out", ("config.json", "model.safetensors", "generator", *TOKENIZER_FILES))
-    if final.is_dir() and any(final.iterdir()) and not (final / "config.json").is_file():  # an export has one
-        raise UserError(f"--out {out}: the folder holds tokenizer files and no config.json: a tokenizer, not an export "
-                        "(an export replaces its folder whole); give a new or empty folder, or an earlier export's")
+    held = sorted(p.name for p in final.iterdir()) if final.is_dir() else []
+    if held and "config.json" not in held:  # every export has one: this is a tokenizer's folder, say
+        raise UserError(f"--out {out}: the folder holds {', '.join(held[:3])}{' ...' if len(held) > 3 else ''} and no "
+                        "config.json: not an earlier export (an export replaces its folder whole); give a new or empty "
+                        "folder, or an earlier export's")
     fs.restore_folder(final)  # an export killed between its two renames
     cfg, model, tokenizer_dir = load_for_inference(checkpoint, tag, tokenizer=tokenizer)
     staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")

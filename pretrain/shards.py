@@ -247,7 +247,7 @@ def tokenize_corpus(corpus: str | Path, tokenizer_dir: str | Path, out: str | Pa
     meta["rehydration"] = [list(pair) for pair in schedule]
     fs.write_json(out / META, meta)
     left = sorted(p.name for p in out.glob("lang=*") if p.is_dir() and p.name[len("lang="):] not in meta["languages"])
-    if left:  # an earlier run's, for other --languages or --buckets: on the disk, not in training
+    if left:  # an earlier run's, for other --languages: on the disk, not in training
         print(f"warning: --out {out}: {', '.join(left)} from an earlier run are not in this run's {META} (training "
               "reads only what it lists); remove them, or rerun with those languages", file=sys.stderr)
     return meta

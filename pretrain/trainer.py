@@ -618,24 +618,39 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-OTHER_OUTPUTS = {"config.json": "an HF model (pretrain export)", "meta.json": "token shards (pretrain tokenize)",
-                 "tokenizer_meta.json": "a tokenizer (pretrain tokenizer)", "stats.json": "a corpus (pipeline run)"}
-"""Files at the top of another command's output folder, which a run directory never holds there."""
+OTHER_OUTPUTS = {("config.json", "model_type"): "an HF model (pretrain export)",
+                 ("meta.json", "tokenizer"): "token shards (pretrain tokenize)",
+                 ("tokenizer_meta.json", "fingerprint"): "a tokenizer (pretrain tokenizer)",
+                 ("stats.json", "counters"): "a corpus (pipeline run)"}
+"""Files at the top of another command's output folder (a JSON object with that key: not a user's own
+``config.json``), which a run directory never holds there."""
 
 
 def check_run_dir(cfg: RunConfig, source: Source | str) -> None:
     """UserError if ``output`` is, or lies in, the token shards or the tokenizer the run reads, or is
     another command's output folder: the run's files would mix with them (and the command that
     wrote them would refuse its folder afterwards)."""
-    out, where = Path(cfg.output).resolve(), f"{source_of(source, 'output')}: output {cfg.output}"
+    from pipeline.output import fs
+
+    where = f"{source_of(source, 'output')}: output {cfg.output}"
     for key in ("tokens", "tokenizer"):
-        read = Path(getattr(cfg, key)).resolve()
-        if out == read or read in out.parents:
-            raise UserError(f"{where}: the {key} folder the run reads ({getattr(cfg, key)}), or in it; give the run a "
-                            "folder of its own")
-    found = next((name for name in OTHER_OUTPUTS if (out / name).exists()), None)
+        read = getattr(cfg, key)
+        if os.path.realpath(cfg.output) == os.path.realpath(read) or fs.below(cfg.output, read):
+            raise UserError(f"{where}: the {key} folder the run reads ({read}), or in it; give the run a folder of "
+                            "its own")
+    out = Path(cfg.output)
+    found = next(((name, what) for (name, key), what in OTHER_OUTPUTS.items() if _json_has(out / name, key)), None)
     if found:
-        raise UserError(f"{where}: the folder holds {found}, {OTHER_OUTPUTS[found]}; give the run a folder of its own")
+        raise UserError(f"{where}: the folder holds {found[0]}, {found[1]}; give the run a folder of its own")
+
+
+def _json_has(path: Path, key: str) -> bool:
+    """Whether ``path`` is a JSON object holding ``key``."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and key in data
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

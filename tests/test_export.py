@@ -72,7 +72,8 @@ def test_export_rtd_checkpoint(tmp_path: Path, single_rank: None, sample_tokeniz
     tokenizer = tmp_path / "tokenizer"  # a tokenizer's files are an export's too: the folder was replaced by one
     shutil.copytree(sample_tokenizer, tokenizer)
     assert main(["export", "--checkpoint", str(run), "--out", str(tokenizer), "--tokenizer", str(sample_tokenizer)]) == 2
-    assert f"--out {tokenizer}: the folder holds tokenizer files and no config.json" in capsys.readouterr().err
+    assert f"--out {tokenizer}: the folder holds sentencepiece.bpe.model, special_tokens_map.json, spm.model ... and no " \
+           "config.json: not an earlier export" in capsys.readouterr().err
     assert sorted(p.name for p in tokenizer.iterdir()) == sorted(p.name for p in sample_tokenizer.iterdir())
     assert main(["export", "--checkpoint", str(run / "checkpoints" / "step-1"), "--tag", "step-2",
                  "--out", str(tmp_path / "x")]) == 2

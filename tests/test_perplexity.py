@@ -262,8 +262,14 @@ def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line
     stats.write_text("{}")
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(stats)]) == 2
     assert stats.read_text() == "{}"
+    (tmp_path / "cutoff.csv").write_text("")  # made by mktemp, say
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
-    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0  # its own
+    table = (tmp_path / "cutoff.csv").read_text()
+    lines = table.splitlines()
+    lines[5] = "4,nan"  # an earlier one from a NaN perplexity: read_cutoffs refuses it, and it is replaced
+    (tmp_path / "cutoff.csv").write_text("\n".join(lines) + "\n")
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
+    assert (tmp_path / "cutoff.csv").read_text() == table
     rows["perplexity"][7] = float("nan")
     write_table(pa.table({f.name: rows.get(f.name, [None] * 20) for f in SCHEMA}, schema=SCHEMA), str(shard), "arrow")
     with pytest.raises(UserError, match=f"^{re.escape(str(shard))}: document d7: perplexity nan is not a finite number"):

@@ -430,7 +430,7 @@ def test_a_run_dir_is_a_folder_of_its_own(tmp_path: Path, sample_tokenizer: Path
     config = write_config(tmp_path / "run.yaml", sample_tokenizer, sample_tokens)
     export = tmp_path / "hf"
     export.mkdir()
-    (export / "config.json").write_text("{}")
+    (export / "config.json").write_text('{"model_type": "xlm-roberta"}')
     for out, message in ((sample_tokens, "the tokens folder the run reads"),
                          (sample_tokens / "lang=de", "the tokens folder the run reads"),
                          (sample_tokenizer, "the tokenizer folder the run reads"),
@@ -438,6 +438,13 @@ def test_a_run_dir_is_a_folder_of_its_own(tmp_path: Path, sample_tokenizer: Path
         assert main(["train", "--config", str(config), "--output", str(out)]) == 2
         assert capsys.readouterr().err.startswith(f"error: command line: output {out}: {message}")
     assert sorted(p.name for p in export.iterdir()) == ["config.json"]
+    from pretrain.trainer import check_run_dir, load_run_config
+
+    mine = tmp_path / "mine"  # a user's own config.json or meta.json in a run folder is not another command's
+    mine.mkdir()
+    for name in ("config.json", "meta.json"):
+        (mine / name).write_text('{"lr": 0.001}')
+    check_run_dir(load_run_config(str(config), [f"output={mine}"]), str(config))
 
 
 def test_a_new_run_never_overwrites_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

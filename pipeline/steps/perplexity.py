@@ -100,13 +100,14 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
             except OSError as exc:  # its message ends with the reason: "... Binary file has size N but ..."
                 detail = str(exc).rsplit(". ", 1)[-1].rstrip(")")[:300]
                 raise UserError(f"{lm_path}: KenLM cannot load it, the file is truncated or corrupt ({detail})") from None
+        with fs.open_read(sp_path) as f:
+            model = f.read()
+        if not model:  # SentencePiece loads it as a model of no pieces
+            raise UserError(f"{sp_path}: an empty file, not a SentencePiece model")
         try:
-            with fs.open_read(sp_path) as f:
-                pieces = spm.SentencePieceProcessor(model_proto=f.read()).get_piece_size()
+            spm.SentencePieceProcessor(model_proto=model)
         except RuntimeError as exc:
             raise UserError(f"{sp_path}: not a SentencePiece model ({str(exc).splitlines()[0]})") from None
-        if not pieces:  # an empty file loads as a model of no pieces
-            raise UserError(f"{sp_path}: an empty file, not a SentencePiece model")
     return found
 
 
@@ -146,6 +147,22 @@ def read_cutoffs(path: str) -> dict[str, list[float]]:
                                 f"{exact(cutoffs[lang][-1])} (a percentile is never below the one before it)")
             cutoffs[lang].append(cutoff)
     return cutoffs
+
+
+def not_a_cutoff_table(path: str) -> str | None:
+    """Why the existing file ``path`` is not a cutoff table that ``pipeline cutoffs --out`` may
+    replace, or None: by its shape alone (a header ``,<lang>,...``, then percentiles 0..99 or 0..100
+    in the first column), whatever its values (an earlier one's ``nan``); an empty file is replaced."""
+    with fs.open_read(path) as f:
+        data = f.read()
+    try:
+        rows = [row for row in csv.reader(io.StringIO(data.decode("utf-8"))) if row]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return f"not a CSV text file ({exc})"
+    percentiles = [row[0] for row in rows[1:]]
+    if rows and (rows[0][:1] != [""] or percentiles not in ([str(p) for p in range(n)] for n in (100, 101))):
+        return "not a cutoff table (a header ,<lang>,... and a row per percentile 0..99)"
+    return None
 
 
 def cutoff_value(text: str) -> float:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pickle
 import shutil
 from pathlib import Path
@@ -259,10 +258,8 @@ def _write(out_dir: Path, config: dict[str, Any], state: dict[str, torch.Tensor]
     tensors = {key: value.detach().to("cpu").contiguous().clone() for key, value in state.items()}
     config["dtype"] = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(out_dir / "model.safetensors", 0o666 & ~umask)  # safetensors makes it 0600: others could not read it
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    shutil.copymode(out_dir / "config.json", out_dir / "model.safetensors")  # safetensors made it 0600
 
 
 def copy_tokenizer_files(tokenizer_dir: str | Path, out_dir: str | Path) -> list[str]:
