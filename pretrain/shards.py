@@ -283,9 +283,8 @@ def shards_meta(jobs: list[ShardJob], infos: dict[Path, dict[str, Any]], tokeniz
 class DocList:
     """The documents of one language and split: ``len()``, ``[i]`` (int32 view, O(1)), ``lengths``, ``num_tokens``."""
 
-    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray]], paths: list[Path] | None = None):
-        self.parts = parts
-        self.paths = paths or [Path(f"part {i}") for i in range(len(parts))]  # token files, for errors
+    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray]], paths: list[Path]):
+        self.parts, self.paths = parts, paths  # each part's (tokens, offsets) and its token file (for errors)
         counts = np.array([len(offsets) - 1 for _, offsets in parts], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_tokens = sum(int(offsets[-1]) for _, offsets in parts)

@@ -135,7 +135,7 @@ def test_a_document_ending_one_short_of_a_row_gets_one_closing_eos() -> None:
     from pretrain.loader import _Stream
     from pretrain.shards import DocList
 
-    docs = DocList([(np.arange(10, 18, dtype=np.int32), np.array([0, 5, 8]))])  # documents of 5 and 3 tokens
+    docs = DocList([(np.arange(10, 18, dtype=np.int32), np.array([0, 5, 8]))], [Path("train.tokens.npy")])  # 5 and 3 tokens
     stream, out = _Stream(docs, np.arange(2), 0, "xx", cycle=False), np.full(6, 1, np.int64)
     assert stream.fill(out, True) == 5 and out.tolist() == [10, 11, 12, 13, 14, 1]
     out[:] = 1
