@@ -49,6 +49,26 @@ def beam_temp_folders_removed():
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def scratch_on_a_roomy_disk(monkeypatch, tmp_path_factory):
+    """Scratch folders under test lie on a disk with room, whatever the host's: a ``/tmp`` on a
+    tmpfs or a disk with less free than the spare (``spill.budget``: no spill) would make every
+    test of spills and stashes see none. The folder must still exist (a gone one gives no room);
+    the tests of memory and of a full disk set their own."""
+    from pipeline.readers import spill
+
+    table = tmp_path_factory.getbasetemp() / "mounts"
+    if not table.exists():
+        table.write_text("/dev/vda / ext4 rw 0 0\n")
+    backed, usage = spill.memory_backed, shutil.disk_usage
+
+    def roomy(path):
+        return usage(path)._replace(total=2**40, used=2**39, free=2**39)  # (OSError where it is gone)
+
+    monkeypatch.setattr(spill, "memory_backed", lambda path, mounts=str(table): backed(path, mounts))
+    monkeypatch.setattr(shutil, "disk_usage", roomy)
+
+
 @pytest.fixture(scope="session")
 def sample() -> Path:
     return SAMPLE
