@@ -7,14 +7,12 @@ import logging
 import os
 import re
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
 from .util.configfile import KeysHelpParser, read_yaml
-from .util.errors import (DEBUG_ENV, INTERRUPTED, INTERRUPTED_STATUS, StepFailed, UserError, interrupted, one_line,
-                          path_error)
+from .util.errors import DEBUG_ENV, INTERRUPTED, StepFailed, UserError, exit_status
 from .output.layout import shard_pattern
 from .report import background
 from .runners import lean_import, prefork
@@ -362,16 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](args, extra)
     except BaseException as exc:
-        if isinstance(exc, UserError) or path_error(exc):
-            if os.environ.get(DEBUG_ENV) == "1":  # what raised it, where a step's code did
-                traceback.print_exc()
-            print(one_line(exc), file=sys.stderr)
-            return 2
-        if not interrupted(exc):
-            raise
-        print(f"{INTERRUPTED}; the next run on its output finishes or removes what this one left there "
-              "(`pipeline status` shows it)", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return exit_status(exc, f"{INTERRUPTED}; the next run on its output finishes or removes what this "
+                                "one left there (`pipeline status` shows it)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import os
 import sys
 
 from pipeline.util.configfile import KeysHelpParser
-from pipeline.util.errors import INTERRUPTED, INTERRUPTED_STATUS, UserError, interrupted, one_line, path_error
+from pipeline.util.errors import exit_status
 
 Commands = dict[str, tuple[str, str]]
 """command name -> (module path, one-line help)."""
@@ -58,10 +58,4 @@ def dispatch(prog: str, doc: str, commands: Commands, argv: list[str] | None = N
     try:
         return int(module.main(args) or 0)
     except BaseException as exc:
-        if isinstance(exc, UserError) or path_error(exc):
-            print(one_line(exc), file=sys.stderr)
-            return 2
-        if not interrupted(exc):
-            raise
-        print(INTERRUPTED, file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return exit_status(exc)

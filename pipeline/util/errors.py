@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
+import sys
+import traceback
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -69,6 +72,22 @@ def interrupted(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def exit_status(exc: BaseException, on_interrupt: str = INTERRUPTED) -> int:
+    """What a command that raised ``exc`` exits with, its line written to stderr: 2 for a user's
+    mistake (a :class:`UserError` or a :func:`path_error`; with :data:`DEBUG_ENV` set, the traceback
+    of what raised it first), :data:`INTERRUPTED_STATUS` for a Ctrl-C (``on_interrupt``); anything
+    else is a bug and is raised again, with its traceback."""
+    if isinstance(exc, UserError) or path_error(exc):
+        if os.environ.get(DEBUG_ENV) == "1":
+            traceback.print_exception(exc)
+        print(one_line(exc), file=sys.stderr)
+        return 2
+    if not interrupted(exc):
+        raise exc
+    print(on_interrupt, file=sys.stderr)
+    return INTERRUPTED_STATUS
 
 
 class StepFailed(Exception):
