@@ -50,11 +50,12 @@ def beam_temp_folders_removed():
 
 
 @pytest.fixture(autouse=True)
-def scratch_on_a_roomy_disk(monkeypatch, tmp_path_factory):
+def scratch_on_a_roomy_disk(tmp_path_factory):
     """Scratch folders under test lie on a disk with room, whatever the host's: a ``/tmp`` on a
     tmpfs or a disk with less free than the spare (``spill.budget``: no spill) would make every
     test of spills and stashes see none. The folder must still exist (a gone one gives no room);
-    the tests of memory and of a full disk set their own."""
+    the tests of memory and of a full disk set their own. (A MonkeyPatch of its own: the test's
+    ``monkeypatch`` keeps its place among the test's fixtures.)"""
     from pipeline.readers import spill
 
     table = tmp_path_factory.getbasetemp() / "mounts"
@@ -65,8 +66,10 @@ def scratch_on_a_roomy_disk(monkeypatch, tmp_path_factory):
     def roomy(path):
         return usage(path)._replace(total=2**40, used=2**39, free=2**39)  # (OSError where it is gone)
 
-    monkeypatch.setattr(spill, "memory_backed", lambda path, mounts=str(table): backed(path, mounts))
-    monkeypatch.setattr(shutil, "disk_usage", roomy)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spill, "memory_backed", lambda path, mounts=str(table): backed(path, mounts))
+        patch.setattr(shutil, "disk_usage", roomy)
+        yield
 
 
 @pytest.fixture(scope="session")

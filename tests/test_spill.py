@@ -130,6 +130,7 @@ def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_pa
     held = spill.Scratch(str(tmp_path), hold_bytes=2**30)
     try:
         code = ("import sys; from pipeline.readers import spill; from pipeline.steps.base import Drop\n"
+                "spill.budget = lambda scratch: 2**30  # a roomy disk, as the tests' (conftest.py)\n"
                 "results = [{'id': 'a', 'text': 'x'}, Drop('too_short')]\n"
                 "assert list(spill.keeping(sys.argv[1], 3, iter(results))) == results\n")
         subprocess.run([sys.executable, "-c", code, held.path], check=True, timeout=60)
