@@ -663,10 +663,13 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
 def damage(path: str) -> list[str]:
     """What is wrong with the files of the finished corpus in ``path`` that a reader needs: its
     stats.json (missing, not JSON, not ours) and the Arrow and Parquet shards whose footer cannot be
-    read. Reads each shard's footer: one or two small reads a shard (in a bucket, 16 at once)."""
+    read. Reads each shard's footer: one or two small reads a shard (in a bucket, 16 at once). A file
+    the store does not give (the network, a permission) is no answer: :class:`fs.ReadFailed`."""
     problems = []
     try:
         fs.read_json(fs.join(path, ARTIFACTS[0]), ("config", "counters"), what="corpus")
+    except fs.ReadFailed:
+        raise
     except UserError as exc:
         problems.append(str(exc))
     files = [p for p in layout.shard_files(path) if p.endswith((layout.FORMATS["arrow"], layout.FORMATS["parquet"]))]

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from pipeline.util import faults
-from pipeline.util.errors import UserError
+from pipeline.util.errors import UserError, first_line
 
 TAG_PREFIX = "step-"
 LATEST = "latest"
@@ -343,10 +343,10 @@ def load_for_inference(path: str, tag: str | None = None, flag: str = "--checkpo
         state = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise UserError(f"checkpoint {directory / tag}: cannot read its weights ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else 'truncated or corrupt'})") from None
+                        f"{first_line(exc) if str(exc) else 'truncated or corrupt'})") from None
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise UserError(f"checkpoint {directory / tag} does not match its model config: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"checkpoint {directory / tag} does not match its model config: {first_line(exc)}") from None
     model.eval()
     return cfg, model, tokenizer_dir

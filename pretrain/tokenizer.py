@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from pipeline.output import fs, stores
-from pipeline.util.errors import UserError
+from pipeline.util.errors import UserError, first_line
 from pipeline.report.sampling import check_alpha, sampling_weights
 from pipeline.steps.minhash import UNSPACED
 
@@ -94,7 +94,7 @@ def read_columns(path: str, *names: str) -> list[list[Any]]:
                             "our schema: run the pipeline with --set write.schema=polyglot")
         return [table.column(name).to_pylist() for name in names]
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise UserError(f"corpus shard {path}: cannot read it ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"corpus shard {path}: cannot read it ({first_line(exc)})") from None
 
 
 def read_texts(path: str) -> list[str]:

@@ -1,6 +1,7 @@
 """The SentencePiece tokenizer: alpha-sampled training text, XLM-R id layout, HF transformers parity, errors."""
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -370,3 +371,29 @@ def test_status_names_the_damaged_files_of_a_finished_corpus(sample_corpus: Path
     assert out[2].startswith(f"  damaged: 2 of the {len(shards) + 1} shards cannot be read: "
                              f"{shards[0].with_suffix('.parquet')} (Parquet magic bytes not found")
     assert out[2].endswith("), and 1 more") and len(out) == 3
+
+
+@pytest.mark.parametrize("failing", ["stats.json", "part-"])
+def test_status_of_a_corpus_the_store_cannot_give_is_an_error_not_damage(sample_corpus: Path, tmp_path: Path, capsys,
+                                                                          monkeypatch, failing: str) -> None:
+    """A read the store fails (a connection reset) says nothing of the file: ``pipeline status`` ends
+    with one error line naming it, where it called the corpus damaged."""
+    from pipeline.__main__ import main as pipeline_main
+    from pipeline.output import fs
+
+    class Reset(io.BytesIO):
+        def read(self, *args):
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_corpus, corpus)
+    shard = sorted(corpus.glob("lang=*/bucket=*/part-*.arrow"))[1]
+    victim = str(corpus / "stats.json") if failing == "stats.json" else str(shard)
+    open_read = fs.open_read
+    monkeypatch.setattr(fs, "open_read", lambda path: Reset(Path(victim).read_bytes()) if str(path) == victim
+                        else open_read(path))
+    assert pipeline_main(["status", str(corpus)]) == 2
+    captured = capsys.readouterr()
+    assert "damaged" not in captured.out
+    assert captured.err == f"error: {'corpus ' if failing == 'stats.json' else 'shard '}{victim}: cannot read it " \
+                           "(ConnectionResetError: [Errno 104] Connection reset by peer)\n"

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.util.errors import UserError
+from pipeline.util.errors import UserError, first_line
 
 from .data import LABELS
 
@@ -135,7 +135,7 @@ def load_tokenizer(directory: str) -> Any:
         if (Path(directory) / "sentencepiece.bpe.model").is_file():
             from transformers import XLMRobertaTokenizer
             return XLMRobertaTokenizer.from_pretrained(directory)
-        raise UserError(f"{directory}: no tokenizer HF can load ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{directory}: no tokenizer HF can load ({first_line(exc)})") from None
 
 
 def check_tokenizer(tokenizer: Any, directory: str, model: str, vocab_size: int | None) -> None:
@@ -196,7 +196,7 @@ def _load_hf_engine(path: str, num_labels: int, digest: str) -> Classifier:
             path, num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()},
             output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
-        raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"--model {path}: HF cannot load it as a sequence classifier ({first_line(exc)})") from None
 
     def save(module: torch.nn.Module, out: Path) -> None:
         module.save_pretrained(out)

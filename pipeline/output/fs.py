@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator
 
 from ..util import faults
 from . import stores
-from ..util.errors import UserError
+from ..util.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -205,6 +205,11 @@ def versions(path: str) -> list[list[Any]]:
                   for m in found)
 
 
+class ReadFailed(UserError):
+    """The store did not give a file's bytes (the network, a permission): nothing is known of what
+    the file holds, so it is not called damaged."""
+
+
 def open_read(path: str) -> BinaryIO:
     from apache_beam.io.filesystem import CompressionTypes
 
@@ -230,7 +235,7 @@ def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> d
     except Exception as exc:  # noqa: BLE001  a store's client: the object is missing or cannot be read
         if not is_local(path) and not exists(path):
             raise UserError(f"{named}: no such file") from None
-        raise UserError(f"{named}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+        raise ReadFailed(f"{named}: cannot read it ({type(exc).__name__}: {first_line(exc)})") from None
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
         raise UserError(f"{named}: not written by pipeline run (no {missing[0]!r})")

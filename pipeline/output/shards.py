@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from . import fs
 from .layout import FORMATS
 from ..steps.base import Document
+from ..util.errors import first_line
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("url", pa.string()), ("date", pa.string()), ("digest", pa.string()),
@@ -207,17 +208,44 @@ def read_shard(path: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(stream.read())).read_all()
 
 
+class _Watched:
+    """A stream that keeps what its own calls raised: pyarrow raises again what a Python stream's
+    read raised, which tells a store's failure (the network, a permission) from a damaged file."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream, self.failure = stream, None
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.stream, name)
+        if not callable(attribute):
+            return attribute
+
+        def watched(*args: Any) -> Any:
+            try:
+                return attribute(*args)
+            except Exception as exc:
+                self.failure = exc
+                raise
+        return watched
+
+
 def unreadable(path: str) -> str | None:
     """Why Arrow or Parquet shard ``path`` cannot be opened (a copy cut short, another file under its
-    name), from its footer alone; None when it opens. ``pipeline status`` asks it of every shard."""
+    name), from its footer alone; None when it opens. ``pipeline status`` asks it of every shard.
+    Raises :class:`fs.ReadFailed` where the store did not give the bytes."""
+    stream = None
     try:
-        with fs.open_read(path) as stream:
+        stream = _Watched(fs.open_read(path))
+        with stream.stream:
             if path.endswith(FORMATS["parquet"]):
                 pq.ParquetFile(stream)
             else:
                 pa.ipc.open_file(stream)
-    except (OSError, ValueError, pa.ArrowException) as exc:  # a footer with a wrong length or type, too
-        return (str(exc) or type(exc).__name__).splitlines()[0][:200]
+    except Exception as exc:  # noqa: BLE001  a footer with a wrong length or type, or a store's client
+        failure = exc if stream is None else stream.failure
+        if failure is None:
+            return first_line(exc)
+        raise fs.ReadFailed(f"shard {path}: cannot read it ({type(failure).__name__}: {first_line(failure)})") from None
     return None
 
 

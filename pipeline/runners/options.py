@@ -25,7 +25,7 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineRunner
 
 from . import forkserver
-from ..util.errors import UserError
+from ..util.errors import UserError, first_line
 from .prefork import LOCAL_NAMES
 
 DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
@@ -282,7 +282,7 @@ def check_job_server(runner: str, options: PipelineOptions) -> None:
     try:
         jar = server.path_to_jar()
     except ValueError as exc:  # a --*_job_server_jar that is neither a file nor a URL
-        raise UserError(str(exc).splitlines()[0]) from None
+        raise UserError(first_line(exc)) from None
     if not (os.path.exists(jar) or os.path.exists(os.path.join(JavaJarServer.JAR_CACHE, os.path.basename(jar)))):
         raise UserError(f"--runner {runner} starts its job server from {os.path.basename(jar)}, which is not in "
                         f"{JavaJarServer.JAR_CACHE} and would be downloaded from {jar}: run workflows/setup.sh (it "

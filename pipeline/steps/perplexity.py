@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 from ..output import fs
 from ..output.layout import FORMATS, shard_files
 from .base import Document, Drop, RunInfo, Step, StepResult
-from ..util.errors import UserError
+from ..util.errors import UserError, first_line
 from .normalize import normalize
 
 MODES = ("document", "per_line")
@@ -107,7 +107,7 @@ def check_models(model_dir: str, languages: list[str] | None) -> list[str]:
         try:
             spm.SentencePieceProcessor(model_proto=model)
         except RuntimeError as exc:
-            raise UserError(f"{sp_path}: not a SentencePiece model ({str(exc).splitlines()[0]})") from None
+            raise UserError(f"{sp_path}: not a SentencePiece model ({first_line(exc)})") from None
     return found
 
 
@@ -362,7 +362,7 @@ def compute_cutoffs(corpus: str, sample_size: int, seed: int) -> tuple[dict[str,
             columns = ("id", "lang", "perplexity") if "id" in table.column_names else ("digest", "language", "perplexity")
             table = table.select(list(columns))
         except (OSError, EOFError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            raise UserError(f"{path}: not a corpus shard ({str(exc).splitlines()[0]})") from None
+            raise UserError(f"{path}: not a corpus shard ({first_line(exc)})") from None
         for doc_id, lang, pp in zip(*(table.column(c).to_pylist() for c in columns)):
             if pp is not None:  # (None: not scored, no model for its language)
                 if not math.isfinite(pp):  # a shard edited by hand: one NaN made the language's every cutoff NaN

@@ -18,7 +18,7 @@ from typing import Any, Callable, NoReturn
 
 import yaml
 
-from .errors import UserError
+from .errors import UserError, first_line
 
 
 class _Loader(yaml.SafeLoader):
@@ -242,7 +242,7 @@ def read_yaml(path: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"config {path}: no such file") from None
     except UnicodeDecodeError as exc:
-        raise UserError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"config {path}: not valid YAML ({first_line(exc)})") from None
     except yaml.YAMLError as exc:
         raise UserError(f"config {path}: not valid YAML: {yaml_error(exc)}") from None
     if not isinstance(loaded or {}, dict):

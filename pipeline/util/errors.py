@@ -57,6 +57,12 @@ def one_line(exc: Exception) -> str:
     return f"error: {exc}"
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says, at most 200 characters (its type's name where it says
+    nothing): a library's error inside one of ours."""
+    return ((str(exc) or type(exc).__name__).splitlines() or [""])[0][:200]
+
+
 INTERRUPTED = "error: interrupted (Ctrl-C)"
 """The line a command ends with when the user stops it, with exit status :data:`INTERRUPTED_STATUS`
 (a shell's for SIGINT), rather than a traceback."""

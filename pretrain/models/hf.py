@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.util.errors import UserError
+from pipeline.util.errors import UserError, first_line
 
 from .config import OBJECTIVES, ModelConfig, validate_model_config
 from .modeling import Classifier, MaskedLM, build_classifier, build_pretraining_model, encoder_state_dict
@@ -169,7 +169,7 @@ def _read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
         try:
             return torch.load(bin_path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
-            raise UserError(f"{bin_path}: not a readable PyTorch weights file ({str(exc).splitlines()[0]})") from None
+            raise UserError(f"{bin_path}: not a readable PyTorch weights file ({first_line(exc)})") from None
     raise UserError(f"{model_dir}: no model.safetensors or pytorch_model.bin")
 
 
