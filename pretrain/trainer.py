@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -351,6 +352,11 @@ class Trainer:
         if cfg.compile:
             self.engine.compile()
         self.loader = MLMLoader(shards, cfg.loader, rank=self.rank, world_size=self.world_size, tokenizer=tokenizer)
+        unheld = [lang for lang in self.loader.languages if not shards.docs(lang, "valid").num_tokens]
+        if unheld and self.rank == 0:
+            print(f"warning: tokens {cfg.tokens}: no held-out tokens for {', '.join(unheld)} (written with "
+                  f"`pretrain tokenize --valid-fraction {shards.meta.get('valid_fraction')}`): no validation loss "
+                  f"for {'them' if len(unheld) > 1 else 'it'}", file=sys.stderr, flush=True)
         self.run_dir = Path(cfg.output)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.intervals.keep, self.rank, self.world_size)
         self.step = 0

@@ -242,6 +242,20 @@ def test_metrics_count_real_tokens_and_validate_per_language(tmp_path: Path, sin
     assert all(1.0 < v for k, v in valid.items() if k.endswith("/ppl"))
 
 
+def test_tokens_without_held_out_documents_are_said_once(tmp_path: Path, single_rank: None, sample_tokenizer: Path,
+                                                         sample_corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    """Tokens written with ``--valid-fraction 0`` hold no validation split: the run says so at its
+    start, where its validation loss was silently missing from every record."""
+    from pretrain.shards import tokenize_corpus
+
+    tokenize_corpus(sample_corpus, sample_tokenizer, tmp_path / "tokens", languages=["de", "en"], valid_fraction=0)
+    capsys.readouterr()
+    trainer = trainer_for(tmp_path, sample_tokenizer, tmp_path / "tokens", validation_batches=1)
+    assert capsys.readouterr().err == (f"warning: tokens {tmp_path / 'tokens'}: no held-out tokens for de, en (written "
+                                       "with `pretrain tokenize --valid-fraction 0`): no validation loss for them\n")
+    assert trainer.validate() == {}
+
+
 @pytest.mark.parametrize("model", ["xlmr-tiny", "mdeberta-tiny"])
 def test_accumulated_micro_batches_weigh_every_predicted_position_alike(model: str, tmp_path: Path, single_rank: None,
                                                                        sample_tokenizer: Path, sample_tokens: Path) -> None:
