@@ -125,8 +125,13 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
     bin_dir = kenlm_bin_dir(args.kenlm_bin)
     fs.check_folder(args.out, "--out")
     out = Path(args.out)
-    kept = {lang for lang in plan
-            if not args.overwrite and (out / f"{lang}.sp.model").exists() and (out / f"{lang}.arpa.bin").exists()}
+    there = {lang: [name for name in (f"{lang}.sp.model", f"{lang}.arpa.bin") if (out / name).exists()] for lang in plan}
+    kept = {lang for lang in plan if not args.overwrite and len(there[lang]) == 2}
+    half = [(lang, names[0]) for lang, names in there.items() if len(names) == 1 and not args.overwrite]
+    if half:  # someone's file (CCNet's model, say) that a pair trained now would replace
+        lang, name = half[0]
+        raise UserError(f"--out {out}: {name} is there without {lang}.{'arpa.bin' if name.endswith('.sp.model') else 'sp.model'}; "
+                        f"--overwrite replaces it with a pair trained now (or move it away)")
     for lang in [lang for lang in plan if lang not in kept]:  # every text read before the first minutes of training
         check_reference(lang, plan[lang])
     for lang, texts in plan.items():
@@ -221,7 +226,7 @@ def check_lm_options(args: argparse.Namespace) -> None:
 
 def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     from .output import fs, stores
-    from .steps.perplexity import compute_cutoffs, not_a_cutoff_table, write_cutoffs
+    from .steps.perplexity import PERCENTILES, compute_cutoffs, not_a_cutoff_table, write_cutoffs
 
     if extra:
         raise UserError(f"unknown option or argument {extra[0]!r}")
@@ -237,6 +242,11 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     for lang in sorted(cutoffs):
         c = cutoffs[lang]
         print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (p0 {c[0]:g}, p50 {c[50]:g}, p99 {c[99]:g})")
+    few = [f"{lang} ({used[lang]})" for lang in sorted(used) if used[lang] < PERCENTILES]
+    if few:
+        print(f"warning: cutoffs of {', '.join(few)} from fewer than {PERCENTILES} documents: too few to tell "
+              f"{PERCENTILES} percentiles apart" + (f" (--sample {args.sample})" if args.sample < PERCENTILES else ""),
+              file=sys.stderr)
     return 0
 
 
@@ -306,7 +316,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "bytes on every machine; with more they follow the count)")
     lm.add_argument("--kenlm-bin", dest="kenlm_bin", help="directory with lmplz and build_binary (default: the "
                     "ones workflows/setup.sh built)")
-    lm.add_argument("--overwrite", action="store_true", help="retrain languages whose models already exist")
+    lm.add_argument("--overwrite", action="store_true", help="retrain languages whose models already exist (or replace a model "
+                    "there without its pair)")
 
     cut = sub.add_parser(
         "cutoffs", help="perplexity percentiles 0-99 per language (CCNet's cutoff.csv) from a scored corpus",

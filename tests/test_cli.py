@@ -472,3 +472,10 @@ def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
     assert xeval.returncode == 2 and f"--out {notes}: the folder holds 'todo.txt'" in xeval.stderr, xeval.stderr
     assert not (tmp_path / "lm").exists() and sorted(p.name for p in notes.iterdir()) == ["report.md", "todo.txt"]
     assert (notes / "report.md").read_text() == "mine"
+    half = tmp_path / "half"  # a model of the user's without its pair: a pair trained now replaced it silently
+    half.mkdir()
+    (half / "de.sp.model").write_text("mine")
+    result = cli("train-lm", "--lang", "de", "--text", str(tmp_path / "de.txt"), "--out", str(half))
+    assert result.returncode == 2 and result.stderr == (f"error: --out {half}: de.sp.model is there without de.arpa.bin; "
+                                                        "--overwrite replaces it with a pair trained now (or move it away)\n")
+    assert [p.name for p in half.iterdir()] == ["de.sp.model"] and (half / "de.sp.model").read_text() == "mine"

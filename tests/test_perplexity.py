@@ -245,7 +245,7 @@ def test_cutoffs_leave_out_a_writers_leftover(tmp_path):
     assert compute_cutoffs(str(tmp_path), 100_000, 0) == before and before[1] == {"de": 20}
 
 
-def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line(tmp_path):
+def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line(tmp_path, capsys):
     """One NaN in a shard edited by hand made its language's every cutoff NaN (``pipeline run`` then
     refused the file); ``--out`` replaced whatever file it named (a corpus's stats.json)."""
     import pyarrow as pa
@@ -263,6 +263,13 @@ def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(stats)]) == 2
     assert stats.read_text() == "{}"
     (tmp_path / "cutoff.csv").write_text("")  # made by mktemp, say
+    capsys.readouterr()
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
+    assert capsys.readouterr().err == ("warning: cutoffs of de (20) from fewer than 100 documents: too few to "
+                                       "tell 100 percentiles apart\n")  # (they were said nothing of)
+    assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv"), "--sample", "1"]) == 0
+    assert capsys.readouterr().err.endswith("de (1) from fewer than 100 documents: too few to tell 100 "
+                                            "percentiles apart (--sample 1)\n")
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
     table = (tmp_path / "cutoff.csv").read_text()
     lines = table.splitlines()
