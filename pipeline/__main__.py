@@ -127,11 +127,11 @@ def cmd_train_lm(args: argparse.Namespace, extra: list[str]) -> int:
     out = Path(args.out)
     there = {lang: [name for name in (f"{lang}.sp.model", f"{lang}.arpa.bin") if (out / name).exists()] for lang in plan}
     kept = {lang for lang in plan if not args.overwrite and len(there[lang]) == 2}
-    half = [(lang, names[0]) for lang, names in there.items() if len(names) == 1 and not args.overwrite]
+    half = [f"{names[0]} without {lang}.{'arpa.bin' if names[0].endswith('.sp.model') else 'sp.model'}"
+            for lang, names in there.items() if len(names) == 1 and not args.overwrite]
     if half:  # someone's file (CCNet's model, say) that a pair trained now would replace
-        lang, name = half[0]
-        raise UserError(f"--out {out}: {name} is there without {lang}.{'arpa.bin' if name.endswith('.sp.model') else 'sp.model'}; "
-                        f"--overwrite replaces it with a pair trained now (or move it away)")
+        raise UserError(f"--out {out}: {', '.join(half)} there; --overwrite replaces "
+                        f"{'them' if len(half) > 1 else 'it'} with a pair trained now (or move it away)")
     for lang in [lang for lang in plan if lang not in kept]:  # every text read before the first minutes of training
         check_reference(lang, plan[lang])
     for lang, texts in plan.items():
@@ -242,11 +242,11 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     for lang in sorted(cutoffs):
         c = cutoffs[lang]
         print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (p0 {c[0]:g}, p50 {c[50]:g}, p99 {c[99]:g})")
-    few = [f"{lang} ({used[lang]})" for lang in sorted(used) if used[lang] < PERCENTILES]
+    few = [f"{lang} ({used[lang]}" + (f": --sample {args.sample})" if used[lang] == args.sample else ")")
+           for lang in sorted(used) if used[lang] < PERCENTILES]
     if few:
         print(f"warning: cutoffs of {', '.join(few)} from fewer than {PERCENTILES} documents: too few to tell "
-              f"{PERCENTILES} percentiles apart" + (f" (--sample {args.sample})" if args.sample < PERCENTILES else ""),
-              file=sys.stderr)
+              f"{PERCENTILES} percentiles apart", file=sys.stderr)
     return 0
 
 

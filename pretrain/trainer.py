@@ -25,12 +25,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pipeline.util.configfile import (KeysHelpParser, Source, build_dataclass, check_choices_and_ranges, describe,
                                       merged_config_data, source_of)
 from pipeline.util.errors import UserError
 from pretrain.loader import IGNORE, LoaderConfig, MLMLoader
+
+if TYPE_CHECKING:
+    from pretrain.shards import TokenShards
 
 
 @dataclasses.dataclass
@@ -300,6 +303,20 @@ def _mlm_loss(metrics: dict[str, Any]) -> Any:
     return metrics["mlm_loss"] if "mlm_loss" in metrics else metrics["gen_loss"]
 
 
+def _warn_of_no_held_out_tokens(shards: TokenShards, cfg: RunConfig) -> None:
+    """Say which languages of the run have no held-out tokens, so no validation loss (which was
+    missing from every record without a word): tokens written with ``--valid-fraction 0``, or a
+    language of one document, or whose held-out documents are blank."""
+    languages = [lang for lang in cfg.loader.languages or shards.languages if lang in shards.languages]
+    unheld = [lang for lang in languages if not shards.docs(lang, "valid").num_tokens]
+    if unheld:
+        fraction = shards.meta.get("valid_fraction")
+        why = (f"written with `pretrain tokenize --valid-fraction {fraction}`" if not fraction
+               else "a language of one document, or whose held-out documents are blank")
+        print(f"warning: tokens {cfg.tokens}: no held-out tokens for {', '.join(unheld)} ({why}): no validation "
+              f"loss for {'them' if len(unheld) > 1 else 'it'}", file=sys.stderr, flush=True)
+
+
 class Trainer:
     """One rank of a training run: engine, loader, checkpoints and metrics."""
 
@@ -345,6 +362,8 @@ class Trainer:
         model = build_pretraining_model(self.model_cfg)
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(model)
+        if self.rank == 0 and cfg.validation_batches:
+            _warn_of_no_held_out_tokens(shards, cfg)
         schedule, steps = cfg.schedule, cfg.steps
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=param_groups(model, cfg.optimizer.weight_decay), config=self.ds_config,
@@ -352,11 +371,6 @@ class Trainer:
         if cfg.compile:
             self.engine.compile()
         self.loader = MLMLoader(shards, cfg.loader, rank=self.rank, world_size=self.world_size, tokenizer=tokenizer)
-        unheld = [lang for lang in self.loader.languages if not shards.docs(lang, "valid").num_tokens]
-        if unheld and self.rank == 0:
-            print(f"warning: tokens {cfg.tokens}: no held-out tokens for {', '.join(unheld)} (written with "
-                  f"`pretrain tokenize --valid-fraction {shards.meta.get('valid_fraction')}`): no validation loss "
-                  f"for {'them' if len(unheld) > 1 else 'it'}", file=sys.stderr, flush=True)
         self.run_dir = Path(cfg.output)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.intervals.keep, self.rank, self.world_size)
         self.step = 0

@@ -476,6 +476,6 @@ def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
     half.mkdir()
     (half / "de.sp.model").write_text("mine")
     result = cli("train-lm", "--lang", "de", "--text", str(tmp_path / "de.txt"), "--out", str(half))
-    assert result.returncode == 2 and result.stderr == (f"error: --out {half}: de.sp.model is there without de.arpa.bin; "
+    assert result.returncode == 2 and result.stderr == (f"error: --out {half}: de.sp.model without de.arpa.bin there; "
                                                         "--overwrite replaces it with a pair trained now (or move it away)\n")
     assert [p.name for p in half.iterdir()] == ["de.sp.model"] and (half / "de.sp.model").read_text() == "mine"

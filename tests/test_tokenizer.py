@@ -371,6 +371,11 @@ def test_status_names_the_damaged_files_of_a_finished_corpus(sample_corpus: Path
     assert out[2].startswith(f"  damaged: 2 of the {len(shards) + 1} shards cannot be read: "
                              f"{shards[0].with_suffix('.parquet')} (Parquet magic bytes not found")
     assert out[2].endswith("), and 1 more") and len(out) == 3
+    from pipeline.output.shards import unreadable
+
+    folder = shards[0].parent / "part-99999.arrow"  # a folder under a shard's name, or a shard removed since it
+    folder.mkdir()                                   # was listed: damage, not the store's failure
+    assert unreadable(str(folder)) == "a folder, not a file" and unreadable(str(folder) + "x") == "no such file"
 
 
 @pytest.mark.parametrize("failing", ["stats.json", "part-"])

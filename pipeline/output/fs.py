@@ -235,7 +235,7 @@ def read_json(path: str | Path, keys: tuple[str, ...] = (), what: str = "") -> d
     except Exception as exc:  # noqa: BLE001  a store's client: the object is missing or cannot be read
         if not is_local(path) and not exists(path):
             raise UserError(f"{named}: no such file") from None
-        raise ReadFailed(f"{named}: cannot read it ({type(exc).__name__}: {first_line(exc)})") from None
+        raise ReadFailed(f"{named}: cannot read it ({first_line(exc, typed=True)})") from exc
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
         raise UserError(f"{named}: not written by pipeline run (no {missing[0]!r})")

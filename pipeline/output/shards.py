@@ -213,16 +213,17 @@ class _Watched:
     read raised, which tells a store's failure (the network, a permission) from a damaged file."""
 
     def __init__(self, stream: BinaryIO) -> None:
-        self.stream, self.failure = stream, None
+        self.stream = stream
+        self.failure: Exception | None = None
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.stream, name)
         if not callable(attribute):
             return attribute
 
-        def watched(*args: Any) -> Any:
+        def watched(*args: Any, **kwargs: Any) -> Any:
             try:
-                return attribute(*args)
+                return attribute(*args, **kwargs)
             except Exception as exc:
                 self.failure = exc
                 raise
@@ -231,21 +232,30 @@ class _Watched:
 
 def unreadable(path: str) -> str | None:
     """Why Arrow or Parquet shard ``path`` cannot be opened (a copy cut short, another file under its
-    name), from its footer alone; None when it opens. ``pipeline status`` asks it of every shard.
-    Raises :class:`fs.ReadFailed` where the store did not give the bytes."""
-    stream = None
+    name, none there), from its footer alone; None when it opens. ``pipeline status`` asks it of
+    every shard. Raises :class:`fs.ReadFailed` where the store did not give the bytes."""
     try:
         stream = _Watched(fs.open_read(path))
+    except FileNotFoundError:  # removed since it was listed: damage, not the store's failure
+        return "no such file"
+    except IsADirectoryError:
+        return "a folder, not a file"
+    except Exception as exc:  # noqa: BLE001  a store's client
+        if not fs.is_local(path) and not fs.exists(path):
+            return "no such file"
+        raise fs.ReadFailed(f"shard {path}: cannot read it ({first_line(exc, typed=True)})") from exc
+    try:
         with stream.stream:
             if path.endswith(FORMATS["parquet"]):
                 pq.ParquetFile(stream)
             else:
                 pa.ipc.open_file(stream)
-    except Exception as exc:  # noqa: BLE001  a footer with a wrong length or type, or a store's client
-        failure = exc if stream is None else stream.failure
-        if failure is None:
-            return first_line(exc)
-        raise fs.ReadFailed(f"shard {path}: cannot read it ({type(failure).__name__}: {first_line(failure)})") from None
+    except Exception as exc:
+        if stream.failure is not None:
+            raise fs.ReadFailed(f"shard {path}: cannot read it ({first_line(stream.failure, typed=True)})") from exc
+        if not isinstance(exc, (OSError, ValueError, pa.ArrowException)):  # a bug of ours: its traceback
+            raise
+        return first_line(exc)  # a footer cut short, or of a wrong length or type
     return None
 
 

@@ -17,7 +17,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ..util.errors import UserError
+from ..util.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -172,8 +172,7 @@ def reason(exc: Exception) -> str:
     """A store client's error in a few words, for one error line."""
     if type(exc).__module__.startswith("botocore"):
         return _s3_reason(exc)
-    first = (str(exc).splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first[:300]}"
+    return first_line(exc, 300, typed=True)
 
 
 def _check_s3(bucket: str, key: str, options: PipelineOptions, write: bool) -> str | None:

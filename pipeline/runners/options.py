@@ -165,8 +165,7 @@ def cloud_error(exc: Exception, runner: str) -> UserError | None:
     Google clients' errors come from ``google.*`` modules; None for anything else."""
     if not type(exc).__module__.startswith("google."):
         return None
-    first = (str(exc).splitlines() or [""])[0]
-    return UserError(f"{runner}: {type(exc).__name__}: {first[:400]}")
+    return UserError(f"{runner}: {first_line(exc, 400, typed=True)}")
 
 
 def make_runner(options: PipelineOptions) -> PipelineRunner | None:

@@ -48,7 +48,7 @@ _MEANING = {FileExistsError: "a file where a folder is needed", NotADirectoryErr
             IsADirectoryError: "a folder where a file is needed"}
 
 
-def one_line(exc: Exception) -> str:
+def one_line(exc: BaseException) -> str:
     """The ``error:`` line of a :class:`UserError` or of a :func:`path_error` (naming its paths)."""
     if isinstance(exc, OSError) and exc.filename is not None:
         paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
@@ -57,10 +57,13 @@ def one_line(exc: Exception) -> str:
     return f"error: {exc}"
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of what ``exc`` says, at most 200 characters (its type's name where it says
-    nothing): a library's error inside one of ours."""
-    return ((str(exc) or type(exc).__name__).splitlines() or [""])[0][:200]
+def first_line(exc: BaseException, limit: int = 200, typed: bool = False) -> str:
+    """The first line of what ``exc`` says that is not blank, at most ``limit`` characters, after its
+    type's name where ``typed`` (only the name where it says nothing): a library's error inside
+    one of ours."""
+    line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:limit]
+    name = type(exc).__name__
+    return (f"{name}: {line}" if typed else line) if line else name
 
 
 INTERRUPTED = "error: interrupted (Ctrl-C)"
