@@ -599,10 +599,12 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
                 remove_unfinished(final, {staging})
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
-            if scratch and spill.memory_backed(scratch):
-                LOG.warning("the scratch folder %s is in memory (a tmpfs), so nothing is kept there: tables move "
-                            "between stages as bytes and, where the workers are processes of their own, exact dedup "
-                            "parses every input file twice; set TMPDIR to a folder on a disk", scratch)
+            if scratch and not spill.budget(scratch):
+                where = ("is in memory (a tmpfs)" if spill.memory_backed(scratch) else
+                         "is on a disk with less free space than a spill leaves spare (5 % of the disk, at least 1 GiB)")
+                LOG.warning("the scratch folder %s %s, so nothing is kept there: tables move between stages as bytes "
+                            "and, where the workers are processes of their own, exact dedup parses every input file "
+                            "twice; set TMPDIR to a folder on a disk with room", scratch, where)
             build_pipeline(pipeline, cfg, list(files), steps, scratch)
             result = pipeline.run()
             if build_only:  # with --template_location the job and what it needs are staged, not run

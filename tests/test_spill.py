@@ -301,7 +301,8 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
     read once (by the first pass), its results held in memory for the second, and every table moves
     between the write stages as a file; with no memory to hold them in, the same through spills on
     the disk; with the scratch folder in memory (a tmpfs, said in a warning) and no memory to hold
-    them in, each file is read twice and every table moves as bytes. Shards, stats and rejected
+    them in, each file is read twice and every table moves as bytes, and the same on a disk with no
+    room to spill (said in a warning too). Shards, stats and rejected
     records are the same bytes, and the run's scratch folder is gone."""
     from pipeline.transforms import dedup
 
@@ -329,11 +330,16 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
     monkeypatch.setattr(spill, "_Writer", Writer)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     outputs = {}
-    for name in ("held", "spilled", "read twice"):
+    for name in ("held", "spilled", "read twice", "disk full"):
         if name == "spilled":
             monkeypatch.setattr(spill, "hold_bytes", lambda: 0)
         if name == "read twice":
             monkeypatch.setattr(spill, "memory_backed", lambda path, mounts="": True)
+        if name == "disk full":  # (CI's host, and ours once two clean clones had filled it)
+            monkeypatch.setattr(spill, "memory_backed", lambda path, mounts="": False)
+            monkeypatch.setattr(spill, "budget", lambda scratch: 0)
+        twice = name in ("read twice", "disk full")
+        caplog.clear()
         reads.clear()
         writers.clear()
         kinds.write_text("")
@@ -343,11 +349,12 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "run.json" and "report" not in p.parts)
         outputs[name] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
         readable = {p for p in reads if not p.endswith("dangling.warc.wet.gz")}
-        assert len(reads) == len(set(reads)) * (2 if name == "read twice" else 1) and len(readable) == 4, reads
+        assert len(reads) == len(set(reads)) * (2 if twice else 1) and len(readable) == 4, reads
         assert len(writers) == (0 if name == "held" else len(set(reads))), writers
         stashed = kinds.read_text().split()  # the Stash step's tables and SplitByShard's parts
-        assert len(stashed) > 2 and set(stashed) == {"bytes" if name == "read twice" else "str"}, stashed
+        assert len(stashed) > 2 and set(stashed) == {"bytes" if twice else "str"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
         assert ("is in memory (a tmpfs), so nothing is kept there" in caplog.text) == (name == "read twice")
-    assert outputs["held"] == outputs["spilled"] == outputs["read twice"]
+        assert ("less free space than a spill leaves spare" in caplog.text) == (name == "disk full")
+    assert outputs["held"] == outputs["spilled"] == outputs["read twice"] == outputs["disk full"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5

@@ -286,9 +286,12 @@ def main() -> None:
     stages = [s for s in FLOOR_STAGES if s not in ("minhash", "perplexity") or args.full]
     loop_before = loop_seconds()  # again at the end: a shared machine's speed per core drifts
     scratch = spill.scratch_parent()
+    room = spill.budget(scratch)
     print(f"the runs' scratch folders go to {scratch}: "
           + ("in memory, so no spill: the dedup pass parses every file again" if spill.memory_backed(scratch)
-             else "on a disk"), flush=True)
+             else f"on a disk, {room / 2**30:.1f} GiB a spill may take" if room else
+             "on a disk too full to spill (free space under its spare): the dedup pass parses every file again"),
+          flush=True)
     many = [n for n in counts if n > 1]  # worker counts whose floor is also measured on that many cores at once
     for round_ in range(args.repeat):
         before = timed_floor(work, inputs, steps, extra, stages, f"round {round_ + 1}: floor before the runs")
