@@ -189,7 +189,7 @@ def _options_plan(args: argparse.Namespace) -> dict[str, list[str]]:
     """Language -> text files of ``--lang`` and ``--text``."""
     if not args.lang or not args.text:
         raise UserError("train-lm needs --lang and --text, or --config")
-    langs = [check_lang(lang.strip(), "--lang") for lang in args.lang.split(",") if lang.strip()]
+    langs = [check_lang(lang.strip(), "--lang") for given in args.lang for lang in given.split(",") if lang.strip()]
     twice = next((lang for lang in langs if langs.count(lang) > 1), None)
     if twice:
         raise UserError(f"--lang: {twice} given twice (several texts of one language: --lang {twice} "
@@ -242,11 +242,13 @@ def cmd_cutoffs(args: argparse.Namespace, extra: list[str]) -> int:
     for lang in sorted(cutoffs):
         c = cutoffs[lang]
         print(f"  {lang}: {used[lang]} documents, p30={c[30]:g} p60={c[60]:g} (p0 {c[0]:g}, p50 {c[50]:g}, p99 {c[99]:g})")
-    few = [f"{lang} ({used[lang]}" + (f": --sample {args.sample})" if used[lang] == args.sample else ")")
-           for lang in sorted(used) if used[lang] < PERCENTILES]
+    few = [lang for lang in sorted(used) if used[lang] < PERCENTILES]
+    capped = [lang for lang in few if used[lang] == args.sample]
     if few:
-        print(f"warning: cutoffs of {', '.join(few)} from fewer than {PERCENTILES} documents: too few to tell "
-              f"{PERCENTILES} percentiles apart", file=sys.stderr)
+        print(f"warning: cutoffs of {', '.join(f'{lang} ({used[lang]})' for lang in few)} from fewer than {PERCENTILES} "
+              f"documents: too few to tell {PERCENTILES} percentiles apart"
+              + (f" (--sample {args.sample} drew no more{'' if capped == few else ' for ' + ', '.join(capped)})"
+                 if capped else ""), file=sys.stderr)
     return 0
 
 
@@ -300,7 +302,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "train-lm", help="train <lang>.sp.model + <lang>.arpa.bin (SentencePiece + KenLM 5-gram) from reference text",
         description="Train CCNet-style language models: text normalized as the scorer does, a SentencePiece "
                     "unigram model, `lmplz -o 5` over its pieces, `build_binary`. Several languages in one call.")
-    lm.add_argument("--lang", help="language code, or a comma-separated list (then one --text per language, in order)")
+    lm.add_argument("--lang", action="append", help="language code, or a comma-separated list, or repeated (then one "
+                    "--text per language, in order)")
     lm.add_argument("--text", action="append", help="reference text file, one paragraph per line (repeatable)")
     lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
                     "memory, seed, threads (see configs/lm/); relative paths are relative to the config file; "

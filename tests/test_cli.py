@@ -475,7 +475,13 @@ def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
     half = tmp_path / "half"  # a model of the user's without its pair: a pair trained now replaced it silently
     half.mkdir()
     (half / "de.sp.model").write_text("mine")
+    (half / "fr.arpa.bin").write_text("mine")
     result = cli("train-lm", "--lang", "de", "--text", str(tmp_path / "de.txt"), "--out", str(half))
     assert result.returncode == 2 and result.stderr == (f"error: --out {half}: de.sp.model without de.arpa.bin there; "
                                                         "--overwrite replaces it with a pair trained now (or move it away)\n")
-    assert [p.name for p in half.iterdir()] == ["de.sp.model"] and (half / "de.sp.model").read_text() == "mine"
+    result = cli("train-lm", "--lang", "de", "--lang", "fr", "--text", str(tmp_path / "de.txt"), "--text",  # (a second
+                 str(tmp_path / "de.txt"), "--out", str(half))  # --lang replaced the first, and fr took both texts)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: --out {half}: de.sp.model without de.arpa.bin, "
+                                                               "fr.arpa.bin without fr.sp.model there; --overwrite replaces them")
+    assert sorted(p.name for p in half.iterdir()) == ["de.sp.model", "fr.arpa.bin"]
+    assert {p.read_text() for p in half.iterdir()} == {"mine"}

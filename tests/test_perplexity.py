@@ -268,8 +268,8 @@ def test_a_non_finite_perplexity_and_an_out_that_is_no_cutoff_table_are_one_line
     assert capsys.readouterr().err == ("warning: cutoffs of de (20) from fewer than 100 documents: too few to "
                                        "tell 100 percentiles apart\n")  # (they were said nothing of)
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv"), "--sample", "1"]) == 0
-    assert capsys.readouterr().err.endswith("de (1: --sample 1) from fewer than 100 documents: too few to "
-                                            "tell 100 percentiles apart\n")
+    assert capsys.readouterr().err.endswith("de (1) from fewer than 100 documents: too few to tell 100 "
+                                            "percentiles apart (--sample 1 drew no more)\n")
     assert main(["cutoffs", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "cutoff.csv")]) == 0
     table = (tmp_path / "cutoff.csv").read_text()
     lines = table.splitlines()
