@@ -428,8 +428,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer` (local)")
     parser.add_argument("--out", required=True, help="token shard directory, a local folder (a rerun skips shards "
                         "already written)")
-    parser.add_argument("--buckets", nargs="+", default=[], metavar="BUCKET", help="only these buckets (default: all)")
-    parser.add_argument("--languages", nargs="+", default=[], metavar="LANG", help="only these languages (default: all)")
+    parser.add_argument("--buckets", nargs="+", action="extend", default=[], metavar="BUCKET", help="only these buckets (default: all)")
+    parser.add_argument("--languages", nargs="+", action="extend", default=[], metavar="LANG", help="only these languages (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=0.01,
                         help="held-out share of documents, chosen by a hash of the id (default 0.01; a language "
                              "with none gets its lowest-hash document when it has two or more)")

@@ -413,9 +413,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="final vocabulary size V incl. <s> <pad> </s> <unk> <mask> (default 250002, XLM-R's)")
     parser.add_argument("--alpha", type=float, default=None,
                         help="sampling exponent, q_i ∝ p_i^alpha (default: sampling.json's alpha, else 0.3)")
-    parser.add_argument("--buckets", nargs="+", default=[], metavar="BUCKET",
+    parser.add_argument("--buckets", nargs="+", action="extend", default=[], metavar="BUCKET",
                         help="use only these buckets, e.g. head middle (default: all)")
-    parser.add_argument("--languages", nargs="+", default=[], metavar="LANG", help="use only these languages (default: all)")
+    parser.add_argument("--languages", nargs="+", action="extend", default=[], metavar="LANG", help="use only these languages (default: all)")
     parser.add_argument("--sample-size", type=int, default=2_000_000,
                         help="sentences (document lines) to draw in total, split by q_i (default 2000000)")
     parser.add_argument("--short-languages", choices=SHORT_POLICIES, default="repeat",

@@ -60,3 +60,17 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr("pretrain.tokenizer.main", lambda args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         pretrain_main(["tokenizer", "--corpus", "c", "--out", "o"])
+
+
+@pytest.mark.parametrize("module", ["pretrain.tokenizer", "pretrain.shards"])
+def test_languages_and_buckets_given_twice_add_up(module):
+    """``--languages de --languages fr`` kept only fr, silently (argparse's last value wins)."""
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module).add_arguments(parser)
+    required = ["--corpus", "c", "--out", "o"] + (["--tokenizer", "t"] if module == "pretrain.shards" else [])
+    args = parser.parse_args([*required, "--languages", "de", "--languages", "fr", "en", "--buckets", "head", "--buckets", "tail"])
+    assert args.languages == ["de", "fr", "en"] and args.buckets == ["head", "tail"]
+    assert parser.parse_args(required).languages == [] and parser.get_default("languages") == []
