@@ -601,7 +601,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             scratch = held.path if held else ""
             if scratch and not spill.budget(scratch):
                 where = ("is in memory (a tmpfs)" if spill.memory_backed(scratch) else
-                         "is on a disk with less free space than a spill leaves spare (5 % of the disk, at least 1 GiB)")
+                         f"is on a disk with less free space than a spill leaves spare (5 % of the disk, at least "
+                         f"1 GiB; {spill.SPARE_ENV}=<size> sets it)")
                 LOG.warning("the scratch folder %s %s, so nothing is kept there: tables move between stages as bytes "
                             "and, where the workers are processes of their own, exact dedup parses every input file "
                             "twice; set TMPDIR to a folder on a disk with room", scratch, where)

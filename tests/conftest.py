@@ -49,6 +49,10 @@ def beam_temp_folders_removed():
         shutil.rmtree(path, ignore_errors=True)
 
 
+os.environ["POLYGLOT_SCRATCH_SPARE"] = "0"  # spills leave nothing spare: the disk's room, whatever the host's, in
+# every process a test starts too (a nearly full disk gave none: spill.budget, and a warning in each run's stderr)
+
+
 @pytest.fixture(autouse=True)
 def scratch_on_a_roomy_disk(tmp_path_factory):
     """Scratch folders under test lie on a disk with room, whatever the host's: a ``/tmp`` on a

@@ -16,6 +16,7 @@ import pytest
 from test_pipeline import inputs, run_cli  # noqa: F401  (the fixture: sample files and bad records)
 
 from pipeline.readers import spill
+from pipeline.util.errors import UserError
 from pipeline.readers.files import read_file
 from pipeline.config import ReadConfig
 from pipeline.steps.base import Drop, Note, Rejected
@@ -48,8 +49,20 @@ def test_the_real_reader_results_round_trip(sample, tmp_path):
 
 def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fills(tmp_path, monkeypatch):
     assert spilled(tmp_path / "gone") == RESULTS and list(tmp_path.iterdir()) == []  # no scratch folder
+    monkeypatch.setenv(spill.SPARE_ENV, "")
     monkeypatch.setattr(spill, "SPARE_BYTES", 2**62)  # no disk has that much free
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(spill, "SPARE_BYTES", 0)
+    monkeypatch.setenv(spill.SPARE_ENV, "16T")  # the spare the user set: more than the disk has free
+    assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+    for value, spare in (("0", 0), ("512M", 2**29), ("2g", 2**31), (" 7 ", 7)):
+        monkeypatch.setenv(spill.SPARE_ENV, value)
+        assert spill.spare_bytes(2**40) == spare
+    for value in ("-1", "1.5G", "lots", "G"):
+        monkeypatch.setenv(spill.SPARE_ENV, value)
+        with pytest.raises(UserError, match=f"^{spill.SPARE_ENV}={value!r}: a size in bytes"):
+            spill.spare_bytes(2**40)
+    monkeypatch.setenv(spill.SPARE_ENV, "0")
     monkeypatch.setattr(spill, "budget", lambda scratch: 1000)  # the first frame is past it
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
 
@@ -130,7 +143,6 @@ def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_pa
     held = spill.Scratch(str(tmp_path), hold_bytes=2**30)
     try:
         code = ("import sys; from pipeline.readers import spill; from pipeline.steps.base import Drop\n"
-                "spill.budget = lambda scratch: 2**30  # a roomy disk, as the tests' (conftest.py)\n"
                 "results = [{'id': 'a', 'text': 'x'}, Drop('too_short')]\n"
                 "assert list(spill.keeping(sys.argv[1], 3, iter(results))) == results\n")
         subprocess.run([sys.executable, "-c", code, held.path], check=True, timeout=60)
@@ -280,7 +292,6 @@ def test_a_scratch_folder_where_nothing_locks_has_no_lock_file_and_one_that_cann
     import errno
     import fcntl
 
-    from pipeline.util.errors import UserError
 
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, "No locks available")

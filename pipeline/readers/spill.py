@@ -19,7 +19,7 @@ the time. Past that, a file's results go to its spill on the disk as above.
 A spill is written under a temporary name and renamed when whole, so one that is there is
 complete; none is written to a tmpfs (memory), which is why a run's scratch folder goes to
 ``/var/tmp`` where ``/tmp`` is one and ``TMPDIR`` is not set (:func:`scratch_parent`), nor while
-the disk has less than :data:`SPARE_BYTES` (or 5 % of it) free,
+the disk has less than :data:`SPARE_BYTES` (or 5 % of it; :data:`SPARE_ENV`'s size where set) free,
 and a writer gives up past a quarter of what was free above that. The second pass reads the input
 file again wherever there is no whole spill (a full disk, a retried bundle whose spill was taken,
 one cut short): the same documents either way.
@@ -48,7 +48,12 @@ from ..util.errors import UserError
 from ..util.memory import available_bytes
 
 SPARE_BYTES = 2**30
-"""Free bytes a spill never takes (nor 5 % of the disk, whichever is more)."""
+"""Free bytes a spill never takes (nor 5 % of the disk, whichever is more), unless :data:`SPARE_ENV`
+says otherwise."""
+SPARE_ENV = "POLYGLOT_SCRATCH_SPARE"
+"""Set to a size (``0``, ``512M``, ``20G``): the free space a spill leaves on its disk instead (a big
+disk nearly full whose few free gigabytes hold the spills well; the tests, whatever the host's)."""
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 DISK_TEMP = "/var/tmp"
 """The temporary folder on a disk (the FHS's, kept across reboots), where ``/tmp`` is memory."""
 SCRATCH_PREFIX = "polyglot-scratch-"
@@ -156,7 +161,19 @@ def budget(scratch: str) -> int:
         return 0
     if memory_backed(scratch):
         return 0
-    return max(0, (usage.free - max(SPARE_BYTES, usage.total // 20)) // 4)
+    return max(0, (usage.free - spare_bytes(usage.total)) // 4)
+
+
+def spare_bytes(total: int) -> int:
+    """The free space a spill leaves on a disk of ``total`` bytes: :data:`SPARE_ENV`'s, or the more of
+    :data:`SPARE_BYTES` and 5 % of the disk."""
+    value = os.environ.get(SPARE_ENV, "").strip()
+    if not value:
+        return max(SPARE_BYTES, total // 20)
+    number, unit = value.rstrip("KMGTkmgt"), value[len(value.rstrip("KMGTkmgt")):].upper()
+    if not number.isdigit() or unit not in _UNITS:
+        raise UserError(f"{SPARE_ENV}={value!r}: a size in bytes, or with K, M, G or T (e.g. 0, 512M, 20G)")
+    return int(number) * _UNITS[unit]
 
 
 HELD_DOCUMENT_BYTES = 1200
