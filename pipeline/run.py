@@ -536,6 +536,7 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
         raise UserError(f"input {inside[0]} lies in the output folder {cfg.output} ({len(inside)} input files do): a "
                         "run would read its own corpus; give an input that leaves the output folder out")
     check_engine(options)
+    spill.spare_bytes(0)  # POLYGLOT_SCRATCH_SPARE, where set, is a size
     twins, how = fs.same_bytes(files), "the same bytes"
     if not twins:
         twins, how = fs.same_content(files), "the same bytes once decompressed"
@@ -599,13 +600,11 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
                 remove_unfinished(final, {staging})
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None
             scratch = held.path if held else ""
-            if scratch and not spill.budget(scratch):
-                where = ("is in memory (a tmpfs)" if spill.memory_backed(scratch) else
-                         f"is on a disk with less free space than a spill leaves spare (5 % of the disk, at least "
-                         f"1 GiB; {spill.SPARE_ENV}=<size> sets it)")
+            why = spill.no_room(scratch) if scratch else ""
+            if why:
                 LOG.warning("the scratch folder %s %s, so nothing is kept there: tables move between stages as bytes "
                             "and, where the workers are processes of their own, exact dedup parses every input file "
-                            "twice; set TMPDIR to a folder on a disk with room", scratch, where)
+                            "twice; set TMPDIR to a folder on a disk with room", scratch, why)
             build_pipeline(pipeline, cfg, list(files), steps, scratch)
             result = pipeline.run()
             if build_only:  # with --template_location the job and what it needs are staged, not run

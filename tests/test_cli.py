@@ -1,6 +1,7 @@
 """The command line: --help documents every option; user mistakes give one line, exit 2, no traceback."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,18 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_scratch_spare_that_is_no_size_is_one_line(tmp_path):
+    """POLYGLOT_SCRATCH_SPARE is read in the workers too: a value that is no size ends the run before
+    any work, in one line."""
+    run = subprocess.run([sys.executable, "-m", "pipeline", "run", "--no-progress", "--config", "configs/corpus/sample.yaml",
+                          "--input", "tests/data/sample/wet/sample-00000.warc.wet.gz", "--output", str(tmp_path / "out"),
+                          "--set", "beam_options=[]", "--set", "steps=[dedup, lid]"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "POLYGLOT_SCRATCH_SPARE": "5GB"})
+    assert run.returncode == 2 and run.stderr == ("error: POLYGLOT_SCRATCH_SPARE='5GB': a size in bytes, or with K, M, "
+                                                  "G or T (e.g. 0, 512M, 20G)\n"), run.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_help_documents_every_option():

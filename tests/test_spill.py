@@ -50,15 +50,18 @@ def test_the_real_reader_results_round_trip(sample, tmp_path):
 def test_no_spill_without_a_folder_or_room_past_its_budget_or_when_the_disk_fills(tmp_path, monkeypatch):
     assert spilled(tmp_path / "gone") == RESULTS and list(tmp_path.iterdir()) == []  # no scratch folder
     monkeypatch.setenv(spill.SPARE_ENV, "")
+    assert spill.no_room(str(tmp_path)) == ""
     monkeypatch.setattr(spill, "SPARE_BYTES", 2**62)  # no disk has that much free
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
+    assert spill.no_room(str(tmp_path)) == (f"is on a disk with 512.0 GiB free, under the {2**32:.1f} GiB a spill leaves "
+                                           "spare (5 % of the disk, at least 1 GiB; POLYGLOT_SCRATCH_SPARE=<size> sets it)")
     monkeypatch.setattr(spill, "SPARE_BYTES", 0)
     monkeypatch.setenv(spill.SPARE_ENV, "16T")  # the spare the user set: more than the disk has free
     assert spilled(tmp_path) == RESULTS and list(tmp_path.iterdir()) == []
     for value, spare in (("0", 0), ("512M", 2**29), ("2g", 2**31), (" 7 ", 7)):
         monkeypatch.setenv(spill.SPARE_ENV, value)
         assert spill.spare_bytes(2**40) == spare
-    for value in ("-1", "1.5G", "lots", "G"):
+    for value in ("-1", "1.5G", "lots", "G", "5GB", "10 G", "1e9", "\u00b2", "\u0661\u0662G", "9" * 30):
         monkeypatch.setenv(spill.SPARE_ENV, value)
         with pytest.raises(UserError, match=f"^{spill.SPARE_ENV}={value!r}: a size in bytes"):
             spill.spare_bytes(2**40)
@@ -366,6 +369,6 @@ def test_the_run_reads_each_file_once_and_writes_what_it_writes_reading_twice(in
         assert len(stashed) > 2 and set(stashed) == {"bytes" if twice else "str"}, stashed
         assert not list(tmp_path.glob("polyglot-scratch-*"))
         assert ("is in memory (a tmpfs), so nothing is kept there" in caplog.text) == (name == "read twice")
-        assert ("less free space than a spill leaves spare" in caplog.text) == (name == "disk full")
+        assert ("a spill leaves spare (POLYGLOT_SCRATCH_SPARE)" in caplog.text) == (name == "disk full")
     assert outputs["held"] == outputs["spilled"] == outputs["read twice"] == outputs["disk full"]
     assert any(name.startswith("rejected/") for name in outputs["spilled"]) and len(outputs["spilled"]) > 5

@@ -36,6 +36,7 @@ import glob
 import logging
 import marshal
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -170,10 +171,22 @@ def spare_bytes(total: int) -> int:
     value = os.environ.get(SPARE_ENV, "").strip()
     if not value:
         return max(SPARE_BYTES, total // 20)
-    number, unit = value.rstrip("KMGTkmgt"), value[len(value.rstrip("KMGTkmgt")):].upper()
-    if not number.isdigit() or unit not in _UNITS:
+    size = re.fullmatch(r"([0-9]{1,20})([KMGT]?)", value, re.IGNORECASE)
+    if size is None:
         raise UserError(f"{SPARE_ENV}={value!r}: a size in bytes, or with K, M, G or T (e.g. 0, 512M, 20G)")
-    return int(number) * _UNITS[unit]
+    return int(size.group(1)) * _UNITS[size.group(2).upper()]
+
+
+def no_room(scratch: str) -> str:
+    """Why a spill finds no room in ``scratch`` (for a warning), or "" where one does."""
+    if budget(scratch):
+        return ""
+    if memory_backed(scratch):
+        return "is in memory (a tmpfs)"
+    usage = shutil.disk_usage(scratch)
+    rule = SPARE_ENV if os.environ.get(SPARE_ENV, "").strip() else f"5 % of the disk, at least 1 GiB; {SPARE_ENV}=<size> sets it"
+    return (f"is on a disk with {usage.free / 2**30:.1f} GiB free, under the {spare_bytes(usage.total) / 2**30:.1f} GiB "
+            f"a spill leaves spare ({rule})")
 
 
 HELD_DOCUMENT_BYTES = 1200
