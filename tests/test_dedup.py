@@ -15,8 +15,7 @@ from pipeline.runners.options import direct_pipeline
 from pipeline.steps.base import RunInfo
 from pipeline.steps.dedup import DedupConfig, ParagraphDedup
 from pipeline.transforms.dedup import ReadAndDedup
-from pipeline.steps.dedup import (Occurrences, cut_at_documents, duplicates, group_of, removal_index, removal_keys,
-                                  remove_paragraphs)
+from pipeline.steps.dedup import Occurrences, duplicates, group_of, removal_index, remove_paragraphs
 from pipeline.steps.base import Drop
 from pipeline.steps.normalize import paragraph_hash
 
@@ -79,7 +78,7 @@ def test_planted_duplicates_removed_exactly(policy, partitions):
             removed.setdefault(f, []).append(found)
     got = {}
     for f, file in enumerate(FILES):
-        index = removal_index(removal_keys(removed.get(f, [])))
+        index = removal_index(removed.get(f, []))
         for ordinal, doc in enumerate(docs_of(file)):
             got[doc["id"]] = remove_paragraphs(doc, index.get(ordinal, ()), 0)["text"]
     assert got == EXPECTED[policy]
@@ -147,13 +146,8 @@ def test_remove_paragraphs_results():
 def test_removal_index_merges_partitions_into_ascending_lines_per_document():
     u32 = functools.partial(np.array, dtype=np.uint32)
     parts = [(u32([2, 0, 2]), u32([5, 1, 0])), (u32([]), u32([])), (u32([0, 7, 2]), u32([0, 4_000_000_000, 5]))]
-    keys = removal_keys(parts)
-    assert removal_index(keys) == {0: [0, 1], 2: [0, 5], 7: [4_000_000_000]}
-    assert removal_index(removal_keys([])) == removal_index(removal_keys([(u32([]), u32([]))])) == {}
-    # cut for the dedup pass's slices: each run holds the removals of its documents only
-    runs = cut_at_documents(keys, [0, 1, 2, 3, 8])
-    assert [removal_index(run) for run in runs] == [{0: [0, 1]}, {}, {2: [0, 5]}, {7: [4_000_000_000]}, {}]
-    assert [len(run) for run in cut_at_documents(keys, [0])] == [len(keys)]
+    assert removal_index(parts) == {0: [0, 1], 2: [0, 5], 7: [4_000_000_000]}
+    assert removal_index([]) == removal_index([(u32([]), u32([]))]) == {}
 
 
 def test_groups_are_runs_of_consecutive_files_as_ccnet_cuts_a_dump():
@@ -194,36 +188,3 @@ def test_occurrences_reach_find_duplicates_through_the_scratch_folder(tmp_path):
         out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
         assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))
     assert sum(path.stat().st_size for path in scratch.glob("*.pickles")) > 0
-
-
-@pytest.mark.parametrize("fate", ["kept", "taken_already", "no_room_after_the_first"])
-@pytest.mark.parametrize("policy", ["drop_all", "keep_first"])
-def test_the_second_pass_in_slices_finds_each_documents_removals(policy, fate, tmp_path, monkeypatch):
-    """A slice a document each (the removals cut at the slices' first documents): the same documents
-    where every slice is kept, where the spill of each second slice is gone (a retried bundle reads
-    the file again, up to the slice) and where only the first slice of a file found room (the rest
-    of the file is one slice read from it)."""
-    from pipeline.readers import spill
-
-    monkeypatch.setattr(spill, "SLICE_DOCS", 1)
-    if fate == "taken_already":
-        take = spill.take
-
-        def taken_already(scratch, index, part=0):  # as an earlier try of the bundle took it
-            kept = take(scratch, index, part)
-            return None if part == 1 else kept
-
-        monkeypatch.setattr(spill, "take", taken_already)
-    elif fate == "no_room_after_the_first":
-        calls: list[str] = []
-        monkeypatch.setattr(spill, "budget", lambda scratch: 0 if calls.append(scratch) or len(calls) % 2 == 0 else 2**30)
-    paths = write_wet(tmp_path)
-    expected = [(k, v) for k, v in EXPECTED[policy].items() if len(v) >= 10]
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    with direct_pipeline() as p:
-        files = p | beam.Create(list(enumerate(paths)))
-        step = ParagraphDedup(DedupConfig(policy=policy, min_length=10), RunInfo(len(paths), scratch=str(scratch)))
-        out = files | ReadAndDedup(step, ReadConfig(title=False), step.run)
-        assert_that(out.main | beam.Map(lambda d: (d["id"], d["text"])), equal_to(expected))
-    assert not list(scratch.glob("*.spill"))  # every kept slice taken

@@ -189,7 +189,7 @@ def test_dask_cluster_survives_a_killed_worker_with_the_same_bytes(planted, tmp_
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
             for address, keys in cluster.client.processing().items():
-                if any("JoinBySlice" in str(key) for key in keys):  # the stage that reads files to the end
+                if any("JoinByFile" in str(key) for key in keys):  # the stage that reads files to the end
                     os.kill(pids[address], signal.SIGKILL)
                     killed.append(pids[address])
                     return
@@ -422,13 +422,11 @@ def test_dask_translation_fuses_pardo_chains_and_streams_elements_through_them(t
 def test_dask_groups_dense_int_keys_evenly_and_other_keys_stably(tmp_path):
     from pipeline.runners.dask_runner import group_part, split_by_key, stable_partition
 
-    files = [(i, f"file-{i}") for i in range(8)]  # whole files: every partition gets one
+    files = [(i, f"file-{i}") for i in range(8)]  # JoinByFile's keys: every partition gets one file
     for n, sizes in ((8, [1] * 8), (3, [3, 3, 2])):
         split = split_by_key(files, str(tmp_path / f"split-{n}"), n)
         assert [len(group_part(j, [split])) for j in range(n)] == sizes
     assert [stable_partition(-1, 8), stable_partition(9, 8)] == [7, 1]
-    slices = [(i, 0) for i in range(8)] + [(3, p) for p in range(1, 5)]  # the dedup pass's (file, slice)
-    assert [stable_partition(key, 4) for key in slices] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
     shards = [("en", "head", i) for i in range(64)]  # other keys: a hash of the pickled key, fixed across processes
     assert stable_partition(("en", "head", 3), 4) == 0
     assert sorted({stable_partition(key, 4) for key in shards}) == [0, 1, 2, 3]

@@ -23,7 +23,7 @@ from pipeline.output.layout import RUN_FILE, RUN_STATE, STAGING
 
 pytestmark = pytest.mark.timeout(900)
 
-READ_AGAIN = "Read/JoinBySlice/CoGroupByKeyImpl/Tag[0]"  # the second read of the input: the first stage is done
+READ_AGAIN = "Read/JoinByFile/CoGroupByKeyImpl/Tag[0]"  # the second read of the input: the first stage is done
 MID_SHUFFLE = "Read/FindDuplicates/ParDo(FindDuplicates)/ParDo(FindDuplicates)"  # reads its piece of every hash partition's file
 NEAR_DUP_ROUND = "NearDedup/Components/LargeStar3/Link/ParDo(_Star)"
 WRITE = "WriteCorpus/WriteShard/ParDo(WriteShard)/ParDo(WriteShard)"

@@ -34,42 +34,11 @@ def spilled(folder: Path, results=RESULTS, index: int = 4) -> list:
 
 def test_a_spill_gives_back_every_result_in_order_and_is_gone_once_taken(tmp_path):
     assert spilled(tmp_path) == RESULTS  # passed on unchanged while written
-    assert [p.name for p in tmp_path.iterdir()] == ["000004.00000.spill"]
+    assert [p.name for p in tmp_path.iterdir()] == ["000004.spill"]
     taken = spill.take(str(tmp_path), 4)
     assert list(tmp_path.iterdir()) == []  # deleted as it is opened: a retried bundle reads the file again
     assert list(taken) == RESULTS and [type(r) for r in RESULTS[:4]] == [dict, Drop, Note, Rejected]
     assert spill.take(str(tmp_path), 4) is None and spill.take(str(tmp_path), 5) is None
-
-
-def test_a_file_is_kept_in_slices_of_documents_each_taken_alone(tmp_path, monkeypatch):
-    """Slices of SLICE_DOCS documents, the records between documents going with the one before
-    them (the leading ones with the first); the plan says where each starts and its first document."""
-    monkeypatch.setattr(spill, "SLICE_DOCS", 250)
-    plan: list = []
-    assert list(spill.keeping(str(tmp_path), 4, iter(RESULTS), plan)) == RESULTS
-    docs = [i for i, r in enumerate(RESULTS) if isinstance(r, dict)]  # 598 documents: 250 + 250 + 98
-    assert plan == [spill.Slice(0, docs[250], 0, True), spill.Slice(docs[250], docs[500] - docs[250], 250, True),
-                    spill.Slice(docs[500], len(RESULTS) - docs[500], 500, True)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"000004.0000{k}.spill" for k in range(3)]
-    assert list(spill.take(str(tmp_path), 4, 2)) == RESULTS[docs[500]:]  # in any order
-    assert list(spill.take(str(tmp_path), 4, 0)) == RESULTS[:docs[250]]
-    assert list(spill.take(str(tmp_path), 4, 1)) == RESULTS[docs[250]:docs[500]] and not list(tmp_path.iterdir())
-    assert list(spill.keeping(str(tmp_path), 1, iter([Drop("skipped_warcinfo")]), plan)) == [Drop("skipped_warcinfo")]
-    assert plan == [spill.Slice(0, 1, 0, True)] and list(spill.take(str(tmp_path), 1)) == [Drop("skipped_warcinfo")]
-    assert list(spill.keeping(str(tmp_path), 2, iter([]), plan)) == [] and plan == [spill.Slice(0, 0, 0, True)]
-
-
-def test_a_slice_without_room_and_the_rest_of_its_file_are_one_slice_not_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(spill, "SLICE_DOCS", 100)
-    room = iter([2**40, 2**40, 0])  # the third slice finds no room
-    monkeypatch.setattr(spill, "budget", lambda scratch: next(room, 2**40))
-    plan: list = []
-    assert list(spill.keeping(str(tmp_path), 0, iter(RESULTS), plan)) == RESULTS
-    docs = [i for i, r in enumerate(RESULTS) if isinstance(r, dict)]
-    assert plan == [spill.Slice(0, docs[100], 0, True), spill.Slice(docs[100], docs[200] - docs[100], 100, True),
-                    spill.Slice(docs[200], None, 200, False)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["000000.00000.spill", "000000.00001.spill"]
-    assert spill.take(str(tmp_path), 0, 2) is None
 
 
 def test_the_real_reader_results_round_trip(sample, tmp_path):
@@ -150,7 +119,7 @@ def test_a_scratch_folder_that_holds_spills_in_memory_writes_none_until_it_is_ou
         assert spilled(held.path, index=4) == RESULTS
         assert not list(Path(held.path).glob("*.spill"))
         assert spilled(held.path, RESULTS[:20], index=5) == RESULTS[:20]  # no room left: to the disk
-        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000005.00000.spill"]
+        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000005.spill"]
         taken = list(spill.take(held.path, 4))
         assert taken == RESULTS and all(a is b for a, b in zip(taken, RESULTS))
         assert spill.take(held.path, 4) is None  # taken once: a retried bundle reads the file again
@@ -180,7 +149,7 @@ def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_pa
                 "results = [{'id': 'a', 'text': 'x'}, Drop('too_short')]\n"
                 "assert list(spill.keeping(sys.argv[1], 3, iter(results))) == results\n")
         subprocess.run([sys.executable, "-c", code, held.path], check=True, timeout=60)
-        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000003.00000.spill"]
+        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000003.spill"]
         assert list(spill.take(held.path, 3)) == [{"id": "a", "text": "x"}, Drop("too_short")]
     finally:
         held.remove()
@@ -230,7 +199,7 @@ def test_the_memory_available_is_the_containers_not_the_hosts(version, tmp_path)
 
 def test_a_spill_cut_short_is_not_taken_and_the_file_is_read_again(tmp_path):
     spilled(tmp_path)
-    path = tmp_path / "000004.00000.spill"
+    path = tmp_path / "000004.spill"
     data = path.read_bytes()
     for cut in (len(data) - 8, len(data) - 100, 5, 0):
         path.write_bytes(data[:cut])

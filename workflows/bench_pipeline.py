@@ -169,7 +169,7 @@ def after_dedup(inputs: list[str], cfg) -> Iterator[dict]:
     dedup_cfg = cfg.section("dedup")
     removed = dedup.duplicates([(i, dedup.Occurrences.of(docs)) for i, docs in enumerate(files)], dedup_cfg.policy)
     for i, docs in enumerate(files):
-        index = dedup.removal_index(dedup.removal_keys([removed[i]] if i in removed else []))
+        index = dedup.removal_index([removed[i]] if i in removed else [])
         for ordinal, doc in enumerate(docs):
             kept = dedup.remove_paragraphs(doc, index.get(ordinal, ()), dedup_cfg.min_length)
             if not isinstance(kept, Drop):

@@ -3,17 +3,9 @@ the second.
 
 CCNet reads every file twice: once to hash its paragraphs, once to take the duplicates out. Where
 the run's workers share the driver's disk (the DirectRunner), the first pass writes each file's
-read results to spills as it parses them, and the second loads them instead of parsing the file
-again, then deletes them. On the benchmark's 8 WET files (53,328 documents) parsing takes 2.9-3.6
-s a pass; writing and loading the spill 0.5-0.7 s together.
-
-A file's results are kept in slices of :data:`SLICE_DOCS` documents (``<scratch>/<file
-index>.<slice>.spill``; the drops, notes and rejected records among them go with the documents
-before them), and :func:`keeping` lists them in a plan (:class:`Slice`): the second pass takes
-each slice as a unit of its own, so that its work (reading, the steps after it) spreads over the
-workers in pieces smaller than a file, and a worker that is done takes the next piece while
-another is still busy (``runners.balance``). Where a slice could not be kept, it and the rest
-of the file are one last slice that the second pass reads from the file again.
+read results to ``<scratch>/<file index>.spill`` as it parses them, and the second loads them
+instead of parsing the file again, then deletes them. On the benchmark's 8 WET files (53,328
+documents) parsing takes 2.9-3.6 s a pass; writing and loading the spill 0.5-0.7 s together.
 
 Where the second pass runs in the process that made the run's scratch folder (the DirectRunner's
 own workers, ``in_memory``: every 1-worker run), the first pass's results are held there instead,
@@ -78,30 +70,8 @@ def hold_bytes() -> int:
     return available_bytes() // 4
 
 
-SLICE_DOCS = 1024
-"""Documents in a slice of a file's spill (the last may hold fewer): 7 slices of a file of the
-benchmark, 20-40 of a CommonCrawl WET file."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Slice:
-    """A run of one file's read results, the dedup pass's unit of work: ``count`` results (None: up
-    to the file's end) from the ``start``-th on, the first of its documents the file's
-    ``first_doc``-th; ``kept``: kept as the file's slice spill (else the pass reads them from the
-    file again)."""
-
-    start: int
-    count: int | None
-    first_doc: int
-    kept: bool
-
-
-WHOLE_FILE = Slice(0, None, 0, False)
-"""A file's results in one slice, read from the file (no spill kept)."""
-
-
-def path_of(scratch: str, index: int, part: int = 0) -> str:
-    return os.path.join(scratch, f"{index:06d}.{part:05d}.spill")
+def path_of(scratch: str, index: int) -> str:
+    return os.path.join(scratch, f"{index:06d}.spill")
 
 
 def _encode(result: Any) -> Any:
@@ -233,24 +203,24 @@ def _held_bytes(result: Any) -> int:
 
 
 class _Memory:
-    """The spills held in the memory of the process that made a scratch folder: per file index and
-    slice, its results and their size, up to ``budget`` bytes in all (a slice being read counts
-    once it is whole, so slices read at the same time, by threads, may pass it together)."""
+    """The spills held in the memory of the process that made a scratch folder: per file index,
+    its results and their size, up to ``budget`` bytes in all (a file being read counts once it is
+    whole, so files read at the same time, by threads, may pass it together)."""
 
     def __init__(self, budget: int) -> None:
         self.budget, self.used = budget, 0
-        self.files: dict[tuple[int, int], tuple[list[Any], int]] = {}
+        self.files: dict[int, tuple[list[Any], int]] = {}
         self.lock = threading.Lock()  # (the DirectRunner's multi_threading workers share it)
 
-    def put(self, key: tuple[int, int], results: list[Any], size: int) -> None:
+    def put(self, index: int, results: list[Any], size: int) -> None:
         with self.lock:
-            _, before = self.files.get(key, ((), 0))  # a retried bundle's slice replaces what it held
-            self.files[key] = results, size
+            _, before = self.files.get(index, ((), 0))  # a retried bundle's file replaces what it held
+            self.files[index] = results, size
             self.used += size - before
 
-    def take(self, key: tuple[int, int]) -> list[Any] | None:
+    def take(self, index: int) -> list[Any] | None:
         with self.lock:
-            results, size = self.files.pop(key, (None, 0))
+            results, size = self.files.pop(index, (None, 0))
             self.used -= size
             return results
 
@@ -259,75 +229,35 @@ _IN_MEMORY: dict[str, _Memory] = {}
 """This process's scratch folders that hold spills in its memory (``Scratch(hold_bytes=...)``)."""
 
 
-class _Sink:
-    """Where one slice's results go as they come: held in memory (``memory``) until it has no room
-    left, then, as with no memory, to the slice's spill on the disk."""
-
-    def __init__(self, scratch: str, index: int, part: int, memory: _Memory | None) -> None:
-        self.scratch, self.key, self.memory = scratch, (index, part), memory
-        self.held: list[Any] | None = [] if memory is not None else None
-        self.size = 0
-        self.writer = None if memory is not None else _Writer(path_of(scratch, index, part), budget(scratch))
-
-    def add(self, result: Any) -> None:
-        if self.held is None:
-            self.writer.add(result)
-            return
-        self.held.append(result)
-        self.size += _held_bytes(result)
-        if self.memory.used + self.size > self.memory.budget:  # no room left: this slice goes to the disk
-            self.writer = _Writer(path_of(self.scratch, *self.key), budget(self.scratch))
-            for kept in self.held:
-                self.writer.add(kept)
-            self.held = None
-
-    def finish(self) -> bool:
-        """Keep the slice (held, or its spill renamed into place); whether it was kept."""
-        if self.held is not None:
-            self.memory.put(self.key, self.held, self.size)
-            return True
-        return self.writer.finish()
-
-    def abandon(self) -> None:
-        if self.writer is not None:
-            self.writer.abandon()
-
-
-def keeping(scratch: str, index: int, results: Iterable[Any], plan: list[Slice] | None = None) -> Iterator[Any]:
-    """``results`` passed on as they come, kept meanwhile as file ``index``'s slices of
-    :data:`SLICE_DOCS` documents (each complete once the next begins, the last when the last result
-    has been taken): in this process's memory where it made the scratch folder with room to hold
-    them, else written to the disk. Without room on the disk either, they are only passed on: the
-    slice that found none and the rest of the file are one slice, not kept. Once the last result
-    has been taken, ``plan`` holds the file's slices."""
+def keeping(scratch: str, index: int, results: Iterable[Any]) -> Iterator[Any]:
+    """``results`` passed on as they come, kept meanwhile as file ``index``'s spill (complete
+    when the last result has been taken): in this process's memory where it made the scratch
+    folder with room to hold them, else written to the disk. Without room on the disk either, they
+    are only passed on."""
     memory = _IN_MEMORY.get(scratch)
-    slices: list[Slice] = []
-    part = start = position = documents = in_slice = 0
-    sink: _Sink | None = _Sink(scratch, index, 0, memory)
+    held: list[Any] | None = [] if memory is not None else None
+    size = 0
+    writer = None if memory is not None else _Writer(path_of(scratch, index), budget(scratch))
     try:
         for result in results:
             yield result
-            document = isinstance(result, dict)
-            if sink is not None and document and in_slice == SLICE_DOCS:
-                if sink.finish():
-                    slices.append(Slice(start, position - start, documents - in_slice, True))
-                    part, start, in_slice = part + 1, position, 0
-                    sink = _Sink(scratch, index, part, memory)
-                else:
-                    sink = None
-            position += 1
-            documents += document
-            in_slice += document
-            if sink is not None:
-                sink.add(result)
-        kept, sink = sink is not None and sink.finish(), None
-        slices.append(Slice(start, position - start, documents - in_slice, True) if kept
-                      else Slice(start, None, documents - in_slice, False))
-        if plan is not None:
-            plan[:] = slices
+            if held is None:
+                writer.add(result)
+                continue
+            held.append(result)
+            size += _held_bytes(result)
+            if memory.used + size > memory.budget:  # no room left: this file's spill goes to the disk
+                writer = _Writer(path_of(scratch, index), budget(scratch))
+                for kept in held:
+                    writer.add(kept)
+                held = None
+        if held is not None:
+            memory.put(index, held, size)
+        else:
+            writer.finish()
     finally:
-        if sink is not None:
-            sink.abandon()
+        if writer is not None:
+            writer.abandon()
 
 
 class _Writer:
@@ -353,20 +283,17 @@ class _Writer:
             if self.written > self.budget:
                 self.abandon()
 
-    def finish(self) -> bool:
-        """Rename the spill into place; whether it is there (not given up on)."""
+    def finish(self) -> None:
         self._flush()
         self._write(bytes(_FRAME))  # the end mark
-        if self.out is None:
-            return False
-        try:
-            self.out.close()
-        except OSError:
-            self.abandon()
-            return False
-        os.replace(self.temporary, self.final)
-        self.out = None
-        return True
+        if self.out is not None:
+            try:
+                self.out.close()
+            except OSError:
+                self.abandon()
+                return
+            os.replace(self.temporary, self.final)
+            self.out = None
 
     def abandon(self) -> None:
         if self.out is not None:
@@ -398,16 +325,16 @@ class _Writer:
             self.abandon()
 
 
-def take(scratch: str, index: int, part: int = 0) -> Iterator[Any] | None:
-    """Slice ``part`` of file ``index``'s spilled results, in the order they were read, or None when
-    there is no whole spill of it (none written, or one cut short: its frames do not end in the end
-    mark at the end of the file). One held in this process's memory is taken from there. The spill
-    is deleted as it is opened, a held one let go of: a retried bundle reads the input file again."""
+def take(scratch: str, index: int) -> Iterator[Any] | None:
+    """File ``index``'s spilled results, in the order they were read, or None when there is no
+    whole spill (none written, or one cut short: its frames do not end in the end mark at the end
+    of the file). One held in this process's memory is taken from there. The spill is deleted as
+    it is opened, a held one let go of: a retried bundle reads the input file again."""
     memory = _IN_MEMORY.get(scratch)
-    held = memory.take((index, part)) if memory is not None else None
+    held = memory.take(index) if memory is not None else None
     if held is not None:
         return _handed_over(held)
-    path = path_of(scratch, index, part)
+    path = path_of(scratch, index)
     try:
         stream = open(path, "rb")
     except FileNotFoundError:

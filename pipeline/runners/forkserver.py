@@ -10,7 +10,7 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-The overrides, installed by :func:`install`:
+Six overrides (the last of six methods), installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
@@ -49,12 +49,9 @@ The overrides, installed by :func:`install`:
   worker at once, quietly, and the driver takes that end as its own interruption (``pipeline run``
   says it in one line); the fork server ignores it.
 
-- ``ParallelBundleManager.process_bundle`` hands a stage's grouped input to the workers in
-  batches as they free up, rather than a part each up front (``runners.balance``).
-
-The elements and their order are unchanged: the message boundaries move, bundles with nothing to
-do are not run and the workers take the keys of a grouped input as they free up, so outputs stay
-byte-identical (tested in ``tests/test_forkserver.py`` and ``tests/test_balance.py``).
+The elements, their order and their assignment to workers are unchanged: only the message
+boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
+(tested in ``tests/test_forkserver.py``).
 
 What is still left of a worker's growth is memory glibc keeps after it was freed (its adaptive
 mmap threshold rises to the largest block freed, and later large blocks come from the heap);
@@ -87,7 +84,6 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
 from ..util.errors import DEBUG_ENV, UserError
-from . import balance
 from .prefork import FORKSERVER, WORKER_MODULES, raise_gc_threshold, start_fork_server
 
 LOG = logging.getLogger(__name__)
@@ -456,7 +452,6 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     data_plane._GrpcDataChannel.set_inputs = _set_inputs_until_lost
     data_plane._GrpcDataChannel.close = _close_after_loss
     fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
-    balance.install()
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
     global _fork_workers, _step_modules
     _step_modules = list(dict.fromkeys([*_step_modules, *modules]))  # a later call without them keeps them

@@ -136,33 +136,23 @@ def duplicates(tables: Iterable[tuple[int, Occurrences]], policy: str) -> dict[i
     return result
 
 
-def removal_keys(removals: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Merge per-partition removals of one file into ``ordinal << 32 | line`` keys, ascending, each
-    once: one sort over all of them and a comparison of neighbours, rather than ``np.unique`` (0.03
-    s against 0.13 s on the bench's 727,657 removals)."""
+def removal_index(removals: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[int, list[int]]:
+    """Merge per-partition removals of one file into ``{document ordinal: [lines, ascending]}``.
+
+    One sort of ``ordinal << 32 | line`` over all of them, each line kept once, then a slice per
+    document: the bench's 727,657 removals took 0.68x the time of a set per document filled pair by
+    pair (``remove_paragraphs`` included, BENCHMARKS.md). ``np.sort`` and a comparison of
+    neighbours, rather than ``np.unique``: 0.03 s against 0.13 s on them."""
     keys = [docs.astype(np.uint64) << np.uint64(32) | lines.astype(np.uint64) for docs, lines in removals]
     key = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
-    return key[np.r_[True, key[1:] != key[:-1]]] if len(key) else key
-
-
-def removal_index(key: np.ndarray) -> dict[int, list[int]]:
-    """Removal keys (:func:`removal_keys`, or a run of them) as ``{document ordinal: [lines,
-    ascending]}``: a slice per document, which with :func:`remove_paragraphs` took 0.68x the time
-    of a set per document filled pair by pair on the bench's removals (BENCHMARKS.md)."""
     if not len(key):
         return {}
+    key = key[np.r_[True, key[1:] != key[:-1]]]
     ordinals = key >> np.uint64(32)
     starts = np.flatnonzero(np.r_[True, ordinals[1:] != ordinals[:-1]])
     lines = (key & np.uint64(0xFFFFFFFF)).tolist()
     ends = starts[1:].tolist() + [len(lines)]
     return {d: lines[s:e] for d, s, e in zip(ordinals[starts].tolist(), starts.tolist(), ends)}
-
-
-def cut_at_documents(key: np.ndarray, first_docs: Sequence[int]) -> list[np.ndarray]:
-    """Removal keys cut into runs, the ``i``-th those of the documents from ``first_docs[i]`` (ascending,
-    the first 0) up to the next one."""
-    bounds = np.searchsorted(key, np.asarray(first_docs[1:], dtype=np.uint64) << np.uint64(32))
-    return np.split(key, bounds)
 
 
 def group_of(index: int, group_files: float) -> int:
