@@ -109,7 +109,7 @@ def test_duplicates_are_those_of_a_sort_by_hash_then_position(policy):
     expected: dict[int, set] = {}
     first_of_hash, docs_of_hash, seen = {}, {}, set()
     rows = sorted(zip(hashes.tolist(), files.tolist(), docs.tolist(), lines.tolist()))
-    for h, f, d, line in rows:
+    for h, f, d, _ in rows:
         docs_of_hash.setdefault(h, set()).add((f, d))
     for h, f, d, line in rows:
         again_in_doc = (h, f, d) in seen
