@@ -70,7 +70,7 @@ class CorpusConfig:
     output: str = ""
     """Output directory (local, ~ and file:// too; gs://, s3://): shards, rejected/, removed/, stats.json, sampling.json."""
     runner: str = "DirectRunner"
-    """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner."""
+    """Beam runner: DirectRunner (on Beam's FnApiRunner, no Prism download), DaskRunner, PortableRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner (in any case, ``Runner`` optional, as Beam reads it), or module.Class of a PipelineRunner."""
     progress: bool = True
     """Print a line per input file as it is read (local runs)."""
     steps: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_STEPS))
@@ -258,12 +258,27 @@ def step_store_paths(cfg: CorpusConfig) -> dict[str, str]:
             .store_paths().items()}
 
 
+SPECIAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "DaskRunner")
+"""The runners this package treats apart from the rest (its FnApiRunner set-up, its Dask
+translation), spelled as it compares them."""
+
+
+def canonical_runner(name: str) -> str:
+    """``name`` spelled as :data:`SPECIAL_RUNNERS` spells it where Beam would take it for one of them
+    (Beam reads a runner's name in any case, ``Runner`` optional: ``directrunner``, ``direct``);
+    any other name as it is."""
+    wanted = name.strip().lower()
+    return next((known for known in SPECIAL_RUNNERS if wanted in (known.lower(), known.lower().removesuffix("runner"))),
+                name)
+
+
 def load_config(path: str | None, overrides: dict[str, Any] | None = None,
                 sets: list[str] | None = None, beam_flags: list[str] | None = None) -> CorpusConfig:
     """Read the YAML config (if any), apply ``--set key=value`` strings and direct overrides, and
     add ``beam_flags`` (the command line's Beam options) to ``beam_options``."""
     data, source = merged_config_data(path, overrides, sets)
     cfg = build_dataclass(CorpusConfig, {k: v for k, v in data.items() if k in TOP_LEVEL}, source)
+    cfg.runner = canonical_runner(cfg.runner)  # (before anything compares it with a name)
     cfg.own_beam_options = (source_of(source, "beam_options"), len(cfg.beam_options))
     cfg.beam_options = [*cfg.beam_options, *(beam_flags or [])]
     try:

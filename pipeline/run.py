@@ -39,7 +39,7 @@ from .runners.options import (DASK_NAMES, LOCAL_NAMES, check_engine, check_relat
                               pipeline_options)
 from .steps.base import Step
 from .util import faults, locks, sources
-from .util.errors import UserError, contained, step_failure
+from .util.errors import UserError, contained, first_line, step_failure
 
 LOG = logging.getLogger(__name__)
 
@@ -596,6 +596,10 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             except ValueError as exc:  # an unknown --runner (Beam's list lacks ours), or options Dataflow rejects
                 ours = " DaskRunner runs on our Dask translation." if "Unexpected pipeline runner" in str(exc) else ""
                 raise UserError(f"{exc}{ours}") from None
+            except (ImportError, AttributeError, TypeError) as exc:  # a dotted runner name Beam cannot make
+                raise UserError(f"runner {cfg.runner!r}: Beam cannot make it ({first_line(exc, typed=True)}); "
+                                "a runner is a name Beam knows (DirectRunner, DataflowRunner, ...), DaskRunner, "
+                                "or module.Class of a PipelineRunner") from None
             if not build_only:  # every check passed: what killed runs left unfinished goes
                 remove_unfinished(final, {staging})
             held = spill.Scratch(hold_bytes=spill.hold_bytes()) if local else None

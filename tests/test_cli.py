@@ -498,3 +498,31 @@ def test_train_lm_and_report_mistakes_are_one_line_and_lose_nothing(tmp_path):
                                                                "fr.arpa.bin without fr.sp.model there; --overwrite replaces them")
     assert sorted(p.name for p in half.iterdir()) == ["de.sp.model", "fr.arpa.bin"]
     assert {p.read_text() for p in half.iterdir()} == {"mine"}
+
+
+def test_a_runner_beam_cannot_make_and_yaml_past_what_pyyaml_says_are_one_line(tmp_path):
+    """A dotted runner name Beam cannot import or build ended in a traceback; ``directrunner`` (Beam
+    reads runner names in any case) ran without this package's FnApiRunner set-up; a control
+    character or deep nesting in YAML gave two lines or a traceback."""
+    from pipeline.config import canonical_runner, load_config
+    from pipeline.util.configfile import load_yaml
+    from pipeline.util.errors import UserError
+    import yaml
+
+    assert [canonical_runner(name) for name in ("directrunner", "Direct", " DASKRUNNER", "dask", "PrismRunner",
+                                                 "my.mod.Runner")] == [
+        "DirectRunner", "DirectRunner", "DaskRunner", "DaskRunner", "PrismRunner", "my.mod.Runner"]
+    config = tmp_path / "c.yaml"
+    config.write_text("input: x.wet.gz\noutput: out\nsteps: [lid]\n")
+    assert load_config(str(config), sets=["runner=directrunner"]).runner == "DirectRunner"
+    for text, message in (("a: 1\nb: \x07\n", "special characters are not allowed: #x0007 (line 2)"),
+                          ("a: " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply")):
+        with pytest.raises(yaml.YAMLError, match=re.escape(message)):
+            load_yaml(text)
+    with pytest.raises(UserError, match=re.escape("--set 'a=\\x01': the value is not valid YAML: special characters")):
+        load_config(str(config), sets=["a=\x01"])
+    wet = str(sorted((ROOT / "tests" / "data" / "sample" / "wet").glob("*.gz"))[0])
+    result = cli("run", "--config", str(config), "--input", wet, "--output", str(tmp_path / "a"), "--set",
+                 "runner=nowhere.Runner")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: runner 'nowhere.Runner': Beam cannot make it (ModuleNotFoundError: ")

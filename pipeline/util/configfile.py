@@ -47,10 +47,16 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|Tr
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` read as YAML by :class:`_Loader`; a mapping key that is not a string (``1:``) is a
-    yaml.YAMLError too."""
-    data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
-    _check_keys(data)
+    """``text`` read as YAML by :class:`_Loader`; a mapping key that is not a string (``1:``), a
+    control character and nesting past Python's recursion limit are yaml.YAMLErrors too."""
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+        _check_keys(data)
+    except yaml.reader.ReaderError as exc:  # a control character: PyYAML gives it no line
+        character = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise yaml.YAMLError(f"{exc.reason}: {character} (line {text.count(chr(10), 0, exc.position) + 1})") from None
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
     return data
 
 
