@@ -15,6 +15,7 @@ from typing import Any
 from .output import fs
 from .output.layout import FORMATS, SCHEMAS
 from .report.sampling import UNITS, check_rehydration
+from .runners.prefork import LOCAL_NAMES
 from .steps import closest, registry, resolve
 from .steps.base import RunInfo, Step, graph_label
 from .steps.perplexity import BUCKETS
@@ -258,7 +259,7 @@ def step_store_paths(cfg: CorpusConfig) -> dict[str, str]:
             .store_paths().items()}
 
 
-SPECIAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "DaskRunner")
+SPECIAL_RUNNERS = (*LOCAL_NAMES, "DaskRunner")
 """The runners this package treats apart from the rest (its FnApiRunner set-up, its Dask
 translation), spelled as it compares them."""
 
