@@ -168,6 +168,16 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
         assert_that(frozen, equal_to([True] * 8), label="Frozen")  # the fork server's objects out of its collections
         collected = parents | "Threshold" >> beam.Map(lambda _: gc.get_threshold()[0] >= prefork.GC_THRESHOLD)
         assert_that(collected, equal_to([True] * 8), label="Threshold")  # and collections rarer
+        pools = parents | "ArrowPool" >> beam.Map(lambda _: __import__("pyarrow").default_memory_pool().backend_name)
+        assert_that(pools, equal_to(["system"] * 8), label="System")  # glibc's malloc, as `import pipeline` set
+
+
+@pytest.mark.parametrize("env, pool", [({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "mimalloc")])
+def test_importing_the_package_makes_glibc_arrows_pool_unless_the_user_chose(env, pool):
+    script = "import pipeline, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | env
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=environ)
+    assert done.stdout.split() == [pool], done.stderr
 
 
 def test_the_collector_threshold_is_raised_never_lowered():
