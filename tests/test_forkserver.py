@@ -172,7 +172,8 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
         assert_that(pools, equal_to(["system"] * 8), label="System")  # glibc's malloc, as `import pipeline` set
 
 
-@pytest.mark.parametrize("env, pool", [({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "mimalloc")])
+@pytest.mark.parametrize("env, pool", [({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": ""}, "system"),
+                                       ({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "mimalloc")])
 def test_importing_the_package_makes_glibc_arrows_pool_unless_the_user_chose(env, pool):
     script = "import pipeline, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
     environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | env
