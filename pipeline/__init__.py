@@ -6,9 +6,9 @@ unless the variable is set (not empty) already; Arrow reads it once, so it holds
 Beam, which imports it) is not imported yet. Arrow's own default, mimalloc, maps its memory with
 transparent huge pages and hands it back to the system within milliseconds of a free, so each table
 a worker builds zeroes fresh 2 MB pages, slowly on a virtual machine: with glibc, `[dedup, lid]` at
-2 workers took 0.87x the time in 6 of 6 alternated pairs, the graph's table building 0.5-0.6 s of
-worker time against 0.6-2.2 s, with less system time and lower worker peaks (BENCHMARKS.md,
-2026-12-02).
+2 workers took 0.87x the time in 6 of 6 alternated pairs, the graph's table building 0.5-0.7 s of
+worker time against 0.6-1.3 s (spikes to 2.3 s), with less system time and worker peaks 60-70 MB
+lower (BENCHMARKS.md, 2026-12-02).
 """
 import os
 

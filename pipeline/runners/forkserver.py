@@ -404,7 +404,7 @@ class WorkerMemoryOptions(PipelineOptions):
                                  "(DirectRunner multi_processing, a Dask LocalCluster): allocations of this many "
                                  "MB or more get memory of their own, and freed memory goes back to the system at "
                                  "once, so a worker's memory stays flat as the corpus grows, at some CPU cost "
-                                 "(BENCHMARKS.md: 4 gave 25 %% less worker memory at 8x, 5-16 %% more time). "
+                                 "(BENCHMARKS.md: 4 gave 20-25 %% less worker memory at 8x, 5-16 %% more time). "
                                  "Default: glibc's adaptive threshold")
 
 
