@@ -299,8 +299,10 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None,
     _validate(cfg, source)
     if not cfg.input:
         raise UserError(f"{source}: no input: set input in the config or pass --input")
-    if not cfg.output:
-        raise UserError(f"{source}: no output: set output in the config or pass --output")
+    if not cfg.output.strip():  # (blanks would make a folder named by them, in the current one)
+        given = cfg.output or (isinstance(source, Source) and "output" in source.given)  # blanks, or '' given
+        raise UserError(f"{source_of(source, 'output')}: output {cfg.output!r} names no folder" if given
+                        else f"{source}: no output: set output in the config or pass --output")
     plain_paths(cfg)
     return cfg
 

@@ -526,3 +526,29 @@ def test_a_runner_beam_cannot_make_and_yaml_past_what_pyyaml_says_are_one_line(t
                  "runner=nowhere.Runner")
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith("error: runner 'nowhere.Runner': Beam cannot make it (ModuleNotFoundError: ")
+
+
+def test_an_output_of_blanks_is_an_error_not_a_folder_named_by_them(tmp_path):
+    """``--output ' '`` ran, writing the corpus into a folder named ' ' in the current one;
+    ``--output ''`` said to pass --output, which the user had."""
+    from pipeline.config import load_config
+    from pipeline.util.errors import UserError
+
+    config = tmp_path / "c.yaml"
+    config.write_text("input: x.wet.gz\nsteps: [lid]\n")
+    for output, given in (("", "command line"), (" ", "command line")):
+        with pytest.raises(UserError, match=re.escape(f"{given}: output {output!r} names no folder")):
+            load_config(str(config), overrides={"output": output})
+    with pytest.raises(UserError, match=re.escape("--set output='\t': output '\\t' names no folder")):
+        load_config(str(config), sets=["output='\t'"])
+    blanks = tmp_path / "blanks.yaml"
+    blanks.write_text("input: x.wet.gz\noutput: '  '\nsteps: [lid]\n")
+    with pytest.raises(UserError, match=re.escape(f"{blanks}: output '  ' names no folder")):
+        load_config(str(blanks))
+    with pytest.raises(UserError, match=re.escape(f"{config}: no output: set output in the config or pass --output")):
+        load_config(str(config))
+    wet = str(sorted((ROOT / "tests" / "data" / "sample" / "wet").glob("*.gz"))[0])
+    result = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(config), "--input", wet,
+                             "--output", " "], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr == "error: command line: output ' ' names no folder\n"
+    assert not (tmp_path / " ").exists()
