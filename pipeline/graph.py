@@ -26,6 +26,7 @@ from .steps.perplexity import PerplexityScorer
 from .transforms.apply import REMOVED, ApplyStep
 from .transforms.counting import MAIN, Counted, total_counts
 from .transforms.dedup import ReadAndDedup
+from .transforms.placement import Distribute
 from .transforms.write import NO_STATS, AsTables, WriteCorpus, WriteRecords
 from .util.errors import UserError, contained
 
@@ -137,7 +138,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, files: list[str], steps:
     run = run_info(cfg, len(files), scratch)
     # Distribute spreads the files over the workers; Create's own reshuffle would be a second stage before it
     indexed = (p | INPUT_LABEL >> beam.Create(list(enumerate(files)), reshuffle=False)
-               | "Distribute" >> beam.Reshuffle())
+               | "Distribute" >> Distribute())
     first = steps[0] if steps and steps[0].reads_files else None
     read = (apply_global_step(indexed, "Read", first, run, cfg.read) if first
             else indexed | "Read" >> ReadAndDedup(None, cfg.read, run))

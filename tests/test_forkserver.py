@@ -16,12 +16,14 @@ import sys
 import time
 import traceback
 from types import ModuleType, SimpleNamespace
+from typing import Any
 from unittest import mock
 
 import apache_beam as beam
 import pytest
 from apache_beam import coders
 from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.portability import common_urns
 from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
 from apache_beam.runners.worker.data_plane import InMemoryDataChannel
 from apache_beam.testing.util import assert_that, equal_to
@@ -31,6 +33,7 @@ from apache_beam.transforms.window import GlobalWindows
 from conftest import ROOT
 from pipeline.runners import forkserver, prefork
 from pipeline.runners.options import direct_pipeline, make_runner, pipeline_options
+from pipeline.transforms import placement
 from pipeline.util.errors import UserError
 
 PIECE = 10_000  # bytes: small, so a few hundred kB of input makes many pieces
@@ -171,6 +174,60 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
         pools = parents | "ArrowPool" >> beam.Map(lambda _: __import__("pyarrow").default_memory_pool().backend_name)
         pool = os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "(not set)")  # "system" as `import pipeline` set it, or the user's
         assert_that(pools, equal_to([pool] * 8), label="System")
+        holding = parents | "Hold" >> beam.Map(lambda _: __import__("pipeline.readers.spill").readers.spill._held_here > 0)
+        assert_that(holding, equal_to([True] * 8), label="HoldSpills")  # each file's two passes run here
+
+
+def with_pid(item: tuple[int, Any]) -> tuple[int, int]:
+    return item[0], os.getpid()
+
+
+def where_each_ran(placed: list[tuple[int, int, int]]) -> None:
+    """(file, pid of its first stage, pid of its second): both the same, files split by parity."""
+    assert all(first == second for _, first, second in placed), placed
+    by_parity = {(index % 2, pid) for index, pid, _ in placed}
+    assert len(by_parity) == 2 and len({pid for _, pid in by_parity}) == 2, placed
+
+
+@pytest.mark.timeout(300)
+def test_a_files_two_stages_run_on_the_worker_its_index_names():
+    """The stages that read a BY_FILE GroupByKey run key i on worker i % n: file i's stage after
+    Distribute and its stage after a later join by file (behind a barrier every file's first stage
+    must pass) run in one process, the files split between the workers by parity. Beam deals keys
+    to workers in the order they reached the runner, and a stage's shares to its workers by a
+    counter over every bundle of the run."""
+    with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
+        files = (p | beam.Create([(i, f"file-{i}") for i in range(16)], reshuffle=False)
+                 | "Distribute" >> placement.Distribute())
+        first = files | "First" >> beam.Map(with_pid).with_output_types(tuple[int, int])
+        everyone = beam.pvalue.AsSingleton(first | beam.combiners.Count.Globally())
+        later = files | "AfterAll" >> beam.Map(lambda item, _: item, everyone).with_output_types(tuple[int, str])
+        with placement.by_file(p):
+            joined = {"first": first, "path": later} | "JoinByFile" >> beam.CoGroupByKey()
+        placed = joined | "Second" >> beam.Map(lambda kv: (kv[0], kv[1]["first"][0], os.getpid()))
+        assert_that(placed | beam.combiners.ToList(), lambda lists: where_each_ran(lists[0]))
+
+
+def test_the_graphs_joins_by_file_are_placed_and_keyed_by_an_int():
+    """In the corpus graph the GroupByKeys of Distribute and of the dedup pass's join by file are
+    annotated BY_FILE, no other is, and their keys reach the runner as ints (a key typed Any is
+    pickled, and the runner sees bytes it cannot place)."""
+    from pipeline.config import load_config
+    from pipeline.graph import build_pipeline, build_steps
+
+    cfg = load_config("configs/corpus/sample.yaml", {"input": ["x.wet.gz"], "output": "/tmp/unused", "runner": None},
+                      ["steps=[dedup, lid, near_dedup]"])
+    p = beam.Pipeline()
+    build_pipeline(p, cfg, ["x.wet.gz"], build_steps(cfg, 1))
+    proto = p.to_runner_api()
+    components = proto.components
+    placed = {t.unique_name: t for t in components.transforms.values()
+              if t.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn and placement.BY_FILE in t.annotations}
+    assert sorted(placed) == ["Distribute/ByFile", "Read/JoinByFile/CoGroupByKeyImpl/GroupByKey"]
+    for transform in placed.values():
+        [pcoll] = transform.inputs.values()
+        pair = components.coders[components.pcollections[pcoll].coder_id]
+        assert components.coders[pair.component_coder_ids[0]].spec.urn == common_urns.coders.VARINT.urn, transform.unique_name
 
 
 @pytest.mark.parametrize("env, pool", [({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": ""}, "system"),

@@ -155,6 +155,27 @@ def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_pa
         held.remove()
 
 
+def test_a_worker_told_to_hold_spills_keeps_those_it_reads_for_its_own_second_pass(tmp_path):
+    """A worker that runs both passes of the files it reads (``hold_here``: the DirectRunner's forked
+    workers) holds what it reads in its memory, up to its budget, and takes it back from there; past
+    the budget a file goes to the disk, as in a worker that holds nothing."""
+    held = spill.Scratch(str(tmp_path))
+    try:
+        code = ("import sys; from pathlib import Path; from pipeline.readers import spill\n"
+                "results = [{'id': str(i), 'text': 'x' * 100} for i in range(20)]\n"
+                "spill.hold_here(spill._held_bytes(results[0]) * 30)\n"
+                "assert list(spill.keeping(sys.argv[1], 3, iter(results))) == results\n"
+                "assert not list(Path(sys.argv[1]).glob('*.spill'))\n"
+                "assert list(spill.keeping(sys.argv[1], 4, iter(results))) == results  # past the budget\n"
+                "assert [p.name for p in Path(sys.argv[1]).glob('*.spill')] == ['000004.spill']\n"
+                "taken = list(spill.take(sys.argv[1], 3))\n"
+                "assert taken == results and taken[0] is results[0] and spill.take(sys.argv[1], 3) is None\n")
+        subprocess.run([sys.executable, "-c", code, held.path], check=True, timeout=60)
+        assert [p.name for p in Path(held.path).glob("*.spill")] == ["000004.spill"]  # for any worker to take
+    finally:
+        held.remove()
+
+
 def test_hold_bytes_is_a_quarter_of_the_memory_available(tmp_path, monkeypatch):
     from pipeline.util import memory
 

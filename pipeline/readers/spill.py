@@ -10,7 +10,9 @@ documents) parsing takes 2.9-3.6 s a pass; writing and loading the spill 0.5-0.7
 Where the second pass runs in the process that made the run's scratch folder (the DirectRunner's
 own workers, ``in_memory``: every 1-worker run), the first pass's results are held there instead,
 as they are, up to the ``hold_bytes`` its :class:`Scratch` was made with in all (:func:`hold_bytes`:
-a quarter of the memory available when the run starts): no spill is written or loaded (0.17 s and
+a quarter of the memory available when the run starts); so are they in each of the DirectRunner's
+forked workers, which the runner gives both passes of the files they read
+(``transforms.placement``), up to its share of that (:func:`hold_here`). No spill is written or loaded (0.17 s and
 0.19 s for the benchmark's 8 files), and a 1-worker ``[dedup, lid]`` run of the benchmark took
 0.975x the time (medians of 6 alternated runs, BENCHMARKS.md, 2026-11-30); LID's model is loaded
 apart from the held documents (``transforms.apply.ApplyStep``), without which fastText took 1.25x
@@ -226,15 +228,34 @@ class _Memory:
 
 
 _IN_MEMORY: dict[str, _Memory] = {}
-"""This process's scratch folders that hold spills in its memory (``Scratch(hold_bytes=...)``)."""
+"""This process's scratch folders that hold spills in its memory (``Scratch(hold_bytes=...)``, or
+:func:`hold_here`)."""
+_held_here = 0
+
+
+def hold_here(hold_bytes: int) -> None:
+    """This process (a worker of the run, not the process that made its scratch folder) holds the
+    spills it writes in its memory, up to ``hold_bytes`` in all per scratch folder: the runner runs
+    the second pass of a file on the worker that ran its first
+    (:data:`~pipeline.transforms.placement.BY_FILE`)."""
+    global _held_here
+    _held_here = hold_bytes
+
+
+def _memory(scratch: str) -> _Memory | None:
+    """Where this process holds ``scratch``'s spills, if it does."""
+    memory = _IN_MEMORY.get(scratch)
+    if memory is None and _held_here > 0:
+        memory = _IN_MEMORY.setdefault(scratch, _Memory(_held_here))
+    return memory
 
 
 def keeping(scratch: str, index: int, results: Iterable[Any]) -> Iterator[Any]:
     """``results`` passed on as they come, kept meanwhile as file ``index``'s spill (complete
     when the last result has been taken): in this process's memory where it made the scratch
-    folder with room to hold them, else written to the disk. Without room on the disk either, they
+    folder or :func:`hold_here` says so, with room to hold them, else written to the disk. Without room on the disk either, they
     are only passed on."""
-    memory = _IN_MEMORY.get(scratch)
+    memory = _memory(scratch)
     held: list[Any] | None = [] if memory is not None else None
     size = 0
     writer = None if memory is not None else _Writer(path_of(scratch, index), budget(scratch))

@@ -358,6 +358,17 @@ class _GroupByKeyOverride(PTransformOverride):
         return _GroupByKeyOnly()
 
 
+class _ReshuffleOverride(PTransformOverride):
+    """A Reshuffle, Beam's or a subclass of it (``transforms.placement.Distribute``), passes its input
+    through (Beam's Dask override takes Beam's own class only)."""
+
+    def matches(self, applied: AppliedPTransform) -> bool:
+        return isinstance(applied.transform, beam.Reshuffle)
+
+    def get_replacement_transform_for_applied_ptransform(self, applied: AppliedPTransform) -> beam.PTransform:
+        return _Reshuffle()
+
+
 @dataclasses.dataclass
 class _Stage:
     """ParDos fused into one task per partition (:func:`run_stage`): the first reads ``inputs``
@@ -840,7 +851,7 @@ def translate(pipeline: beam.Pipeline, options: PipelineOptions, shuffle_dir: st
     bag_options = options.view_as(beam_dask.DaskOptions)
     if bag_options.partition_size:
         raise UserError("--dask_partition_size is not supported here: use --dask_npartitions")
-    pipeline.replace_all([_GroupByKeyOverride(), *dask_overrides()])
+    pipeline.replace_all([_GroupByKeyOverride(), _ReshuffleOverride(), *dask_overrides()])
     translation = _Translate(n_partitions, shuffle_dir)
     pipeline.visit(translation.count_readers())
     pipeline.visit(translation)

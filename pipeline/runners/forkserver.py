@@ -10,11 +10,19 @@ Measured on the scaling benchmark at 8x: one 205 MB message per worker for one s
 1.9 GB against 0.6 GB at 1x. The SDK worker itself reads a stage's input message by message,
 through a queue of at most 5 messages, so pieces of a few MB keep what it holds bounded.
 
-Six overrides (the last of six methods), installed by :func:`install`:
+Seven overrides (the last of six methods), installed by :func:`install`:
 
 - ``GroupingBuffer.partition`` (global window only, which is all a batch pipeline has) encodes
   the keys in the same order to the same workers, as Beam does, but cuts each worker's stream
   after the element that takes it past :data:`PIECE_BYTES`;
+- a GroupByKey annotated :data:`~pipeline.transforms.placement.BY_FILE` (its keys input file
+  indexes) gives key ``i`` to worker ``i % n`` (``partition``, with ``BundleContextManager.get_buffer``
+  noting the annotation on the GroupByKey's buffer), and ``BundleManager.process_bundle`` sends
+  that share to that worker (Beam deals keys in the order they reached the runner, and shares to
+  workers by a counter over every bundle of the run). Exact dedup's two passes over a file then
+  run in the same forked worker, which holds what the first read in its memory for the second
+  (``readers.spill.hold_here``, up to its share of ``spill.hold_bytes``) rather than writing it to
+  the disk for whichever worker came next;
 - ``BundleManager._send_input_to_worker`` lets the output stream flush after every piece
   (Beam writes all of them and flushes once at the end);
 - with ``--direct_running_mode multi_processing``, local_job_service's ``subprocess.Popen`` of
@@ -49,9 +57,10 @@ Six overrides (the last of six methods), installed by :func:`install`:
   worker at once, quietly, and the driver takes that end as its own interruption (``pipeline run``
   says it in one line); the fork server ignores it.
 
-The elements, their order and their assignment to workers are unchanged: only the message
-boundaries move, and bundles with nothing to do are not run, so outputs stay byte-identical
-(tested in ``tests/test_forkserver.py``).
+The elements are unchanged: the message boundaries move, bundles with nothing to do are not run,
+and a ``BY_FILE`` key goes to the worker its value names rather than to the one Beam's order of
+arrival names (no output depends on which worker ran what), so outputs stay byte-identical
+(tested in ``tests/test_forkserver.py`` and by the engine tests).
 
 What is still left of a worker's growth is memory glibc keeps after it was freed (its adaptive
 mmap threshold rises to the largest block freed, and later large blocks come from the heap);
@@ -78,11 +87,13 @@ from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability import local_job_service
-from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, worker_handlers
+from apache_beam.runners.portability.fn_api_runner import execution, fn_runner, translations, worker_handlers
 from apache_beam.runners.worker import data_plane
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
+from ..readers import spill
+from ..transforms.placement import BY_FILE
 from ..util.errors import DEBUG_ENV, UserError
 from .prefork import FORKSERVER, WORKER_MODULES, raise_gc_threshold, start_fork_server
 
@@ -92,8 +103,17 @@ PIECE_BYTES = 4 << 20  # at most about this much of a stage's input (plus one el
 _BEAM_PARTITION: Callable[[Any, int], list[list[bytes]]] = execution.GroupingBuffer.partition
 
 
+class _Share(list):
+    """One worker's share of a :data:`~pipeline.transforms.placement.BY_FILE` GroupByKey's output
+    (encoded pieces): ``worker`` is the index of the worker it goes to."""
+
+    worker: int
+
+
 def _partition_in_pieces(self: execution.GroupingBuffer, n: int) -> list[list[bytes]]:
-    """``GroupingBuffer.partition``: every worker's keys as encoded pieces of about PIECE_BYTES."""
+    """``GroupingBuffer.partition``: every worker's keys as encoded pieces of about PIECE_BYTES; a
+    :data:`~pipeline.transforms.placement.BY_FILE` GroupByKey's int key ``i`` in the share of worker
+    ``i % n`` (:class:`_Share`), any other key as Beam deals them."""
     if self._grouped_output or not self._windowing.is_default():
         return _BEAM_PARTITION(self, n)
     in_global_window = GlobalWindows.windowed_value(
@@ -101,20 +121,50 @@ def _partition_in_pieces(self: execution.GroupingBuffer, n: int) -> list[list[by
         pane_info=PaneInfo(is_first=True, is_last=True, timing=PaneInfoTiming.ON_TIME, index=0,
                            nonspeculative_index=0)).with_value
     coder, key_coder = self._post_grouped_coder.get_impl(), self._key_coder.get_impl()
-    pieces: list[list[bytes]] = [[] for _ in range(n)]
+    by_file = getattr(self, "by_file", False)
+    pieces: list[list[bytes]] = [_Share() if by_file else [] for _ in range(n)]
     streams = [create_OutputStream() for _ in range(n)]
     for i, (encoded_key, values) in enumerate(self._table.items()):
-        stream = streams[i % n]
-        coder.encode_to_stream(in_global_window((key_coder.decode(encoded_key), values)), stream, True)
+        key = key_coder.decode(encoded_key)
+        worker = key % n if by_file and type(key) is int else i % n
+        stream = streams[worker]
+        coder.encode_to_stream(in_global_window((key, values)), stream, True)
         if stream.size() >= PIECE_BYTES:
-            pieces[i % n].append(stream.get())
-            streams[i % n] = create_OutputStream()
+            pieces[worker].append(stream.get())
+            streams[worker] = create_OutputStream()
     for worker, stream in enumerate(streams):
         if stream.size() or not pieces[worker]:
             pieces[worker].append(stream.get())
+        if by_file:
+            pieces[worker].worker = worker
     self._grouped_output = pieces
     self._table.clear()
     return pieces
+
+
+_BEAM_GET_BUFFER = execution.BundleContextManager.get_buffer
+
+
+def _get_buffer_noting_placement(self: execution.BundleContextManager, buffer_id: bytes,
+                                 transform_id: str) -> Any:
+    """``BundleContextManager.get_buffer``, a GroupByKey's buffer marked ``by_file`` where the
+    GroupByKey is annotated :data:`~pipeline.transforms.placement.BY_FILE`."""
+    buffer = _BEAM_GET_BUFFER(self, buffer_id, transform_id)
+    if isinstance(buffer, execution.GroupingBuffer) and not hasattr(buffer, "by_file"):
+        kind, name = translations.split_buffer_id(buffer_id)
+        transform = self.execution_context.pipeline_components.transforms.get(name) if kind == "group" else None
+        buffer.by_file = transform is not None and BY_FILE in transform.annotations
+    return buffer
+
+
+class _OnWorker:
+    """A stage's bundle context for one part of its input, with one worker: the one the part is for."""
+
+    def __init__(self, context: execution.BundleContextManager, worker: int) -> None:
+        self._context, self.worker_handlers = context, [context.worker_handlers[worker]]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 def _send_in_pieces(self: fn_runner.BundleManager, process_bundle_id: str, read_transform_id: str,
@@ -141,9 +191,12 @@ def _process_bundle_unless_empty(self: fn_runner.BundleManager, inputs: Mapping[
                                  expected_outputs: Any, fired_timers: Mapping[Any, Any],
                                  *args: Any, **kwargs: Any) -> tuple[Any, list[Any]]:
     """``BundleManager.process_bundle``, or, for a share with no element and no timer to fire,
-    an empty result without a bundle."""
+    an empty result without a bundle; a :class:`_Share` on the worker it is for."""
     if not fired_timers and all(map(_holds_nothing, inputs.values())):
         return beam_fn_api_pb2.InstructionResponse(process_bundle=beam_fn_api_pb2.ProcessBundleResponse()), []
+    placed = {share.worker for share in inputs.values() if isinstance(share, _Share)}
+    if len(placed) == 1 and len(self.bundle_context_manager.worker_handlers) > 1:  # (a manager per part: its own)
+        self.bundle_context_manager = _OnWorker(self.bundle_context_manager, placed.pop())
     return _BEAM_PROCESS_BUNDLE(self, inputs, expected_outputs, fired_timers, *args, **kwargs)
 
 
@@ -317,6 +370,7 @@ def _run_stages_or_say_lost(self: fn_runner.FnApiRunner, *args: Any, **kwargs: A
 WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # fn_runner's, multi_processing
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _fork_workers = False  # set by install(): this run's SDK workers are forked from the fork server
+_worker_hold_bytes = 0  # set by install(): what each forked worker may hold for exact dedup's second pass
 _step_modules: list[str] = []  # every install()'s steps' worker_modules, for a fork server started later
 
 
@@ -327,8 +381,11 @@ def _quit_on_interrupt(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
-def _run_worker(env: dict[str, str]) -> None:
-    """An SDK worker forked from the fork server: what ``python -m ...sdk_worker_main`` runs."""
+def _run_worker(env: dict[str, str], hold_bytes: int = 0) -> None:
+    """An SDK worker forked from the fork server: what ``python -m ...sdk_worker_main`` runs. It holds
+    what exact dedup's first pass reads in its memory, up to ``hold_bytes``, for the second pass of
+    the same file, which runs here too (:data:`~pipeline.transforms.placement.BY_FILE`)."""
+    spill.hold_here(hold_bytes)
     from apache_beam.runners.worker import sdk_worker_main
 
     signal.signal(signal.SIGINT, _quit_on_interrupt)
@@ -367,9 +424,9 @@ class ForkedWorker:
     from the fork server, whose Beam and pipeline modules are imported already, instead of a new
     interpreter that imports them again (about 1.5 s of CPU per worker and run)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], hold_bytes: int = 0) -> None:
         # daemon here (the driver ends what is left of it when it exits), not in the worker (_run_worker)
-        self.process = FORKSERVER.Process(target=_run_worker, args=(env,), name="sdk_worker", daemon=True)
+        self.process = FORKSERVER.Process(target=_run_worker, args=(env, hold_bytes), name="sdk_worker", daemon=True)
         self.process.start()
 
     @property
@@ -390,7 +447,7 @@ class ForkedWorker:
 def _popen(args: Any, **kwargs: Any) -> Any:
     """``subprocess.Popen`` as local_job_service calls it: fn_runner's own worker command is forked."""
     if _fork_workers and args == WORKER_COMMAND and kwargs.get("shell") and set(kwargs) <= {"shell", "env"}:
-        return ForkedWorker(kwargs.get("env") or dict(os.environ))
+        return ForkedWorker(kwargs.get("env") or dict(os.environ), _worker_hold_bytes)
     return subprocess.Popen(args, **kwargs)
 
 
@@ -443,6 +500,7 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     script again (``prefork.main_is_guarded``); otherwise each starts as Beam starts it. The fork
     server lives as long as the driver process, so later runs of that process fork at once."""
     execution.GroupingBuffer.partition = _partition_in_pieces
+    execution.BundleContextManager.get_buffer = _get_buffer_noting_placement
     fn_runner.BundleManager._send_input_to_worker = _send_in_pieces
     fn_runner.BundleManager.process_bundle = _process_bundle_unless_empty
     worker_handlers.WorkerHandlerManager.close_all = _close_all_at_once
@@ -453,10 +511,12 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     data_plane._GrpcDataChannel.close = _close_after_loss
     fn_runner.FnApiRunner.run_stages = _run_stages_or_say_lost
     local_job_service.subprocess = SimpleNamespace(Popen=_popen)
-    global _fork_workers, _step_modules
+    global _fork_workers, _step_modules, _worker_hold_bytes
     _step_modules = list(dict.fromkeys([*_step_modules, *modules]))  # a later call without them keeps them
-    multi_processing = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    _fork_workers = multi_processing and start_fork_server(preloaded())  # it imports meanwhile
+    direct = options.view_as(DirectOptions)
+    _fork_workers = direct.direct_running_mode == "multi_processing" and start_fork_server(preloaded())  # it imports meanwhile
+    workers = direct.direct_num_workers or os.cpu_count() or 1  # (0: Beam's one per core)
+    _worker_hold_bytes = spill.hold_bytes() // workers if _fork_workers else 0
     # after the start: glibc reads the variable once, as a process starts, and the fork server serves every later run
     _set_worker_mmap_threshold(options.view_as(WorkerMemoryOptions).worker_mmap_threshold_mb)
 

@@ -58,18 +58,23 @@ class CountingDoFn(beam.DoFn):
 
 class Counted(beam.PTransform):
     """``ParDo(fn)`` with its ``counts`` output declared: the main output, or with ``outputs``
-    named, every output by tag (``result.main``, ``result[tag]``).
+    named, every output by tag (``result.main``, ``result[tag]``). ``main_type``: the main output's
+    element type (a ParDo with outputs besides its main one types them all ``Any``, so a key that a
+    later GroupByKey groups by reaches the runner as pickled bytes).
 
     The ``counts`` outputs are not returned: :func:`counts_of` finds them all in the graph.
     """
 
-    def __init__(self, fn: CountingDoFn, *args: Any, outputs: tuple[str, ...] = ()) -> None:
+    def __init__(self, fn: CountingDoFn, *args: Any, outputs: tuple[str, ...] = (), main_type: Any = None) -> None:
         super().__init__()
         fn.declared = True
-        self.fn, self.args, self.outputs = fn, args, outputs
+        self.fn, self.args, self.outputs, self.main_type = fn, args, outputs, main_type
 
     def expand(self, pcoll: beam.PCollection) -> Any:
-        result = pcoll | beam.ParDo(self.fn, *self.args).with_outputs(COUNTS, *self.outputs, main=MAIN)
+        do = beam.ParDo(self.fn, *self.args)
+        if self.main_type is not None:
+            do = do.with_output_types(self.main_type)
+        result = pcoll | do.with_outputs(COUNTS, *self.outputs, main=MAIN)
         return result if self.outputs else result[MAIN]
 
 

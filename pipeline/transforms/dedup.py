@@ -19,6 +19,7 @@ from ..steps.base import Drop, Note, Rejected, RunInfo
 from ..steps.dedup import DedupConfig, ParagraphDedup
 from .apply import REMOVED, removed_record
 from .counting import Counted
+from .placement import by_file
 from .scratch import Pickled, PicklingDoFn, UnpicklingDoFn
 
 
@@ -132,12 +133,10 @@ class ReadAndDedup(beam.PTransform):
                 | "HashParagraphs" >> beam.ParDo(HashFile(self.read_cfg, partitions, cfg.group_files,
                                                          self.run.scratch))
                 | "GroupByPartition" >> beam.GroupByKey()
-                | "FindDuplicates" >> Counted(FindDuplicates(policy, self.run.scratch))
+                | "FindDuplicates" >> Counted(FindDuplicates(policy, self.run.scratch), main_type=tuple[int, Any])
             )
         else:
-            duplicates = files | "NoRemovals" >> beam.FlatMap(lambda _: ())
-        return (
-            {"path": files, "duplicates": duplicates}
-            | "JoinByFile" >> beam.CoGroupByKey()
-            | "Read" >> Counted(ReadFiles(self.read_cfg, cfg, self.run), outputs=(REJECTED, REMOVED))
-        )
+            duplicates = files | "NoRemovals" >> beam.FlatMap(lambda _: ()).with_output_types(tuple[int, Any])
+        with by_file(files.pipeline):  # file i's read on the worker that hashed it (its results kept there)
+            joined = {"path": files, "duplicates": duplicates} | "JoinByFile" >> beam.CoGroupByKey()
+        return joined | "Read" >> Counted(ReadFiles(self.read_cfg, cfg, self.run), outputs=(REJECTED, REMOVED))
