@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_STEPS, describe_corpus_config, load_config
-from .util.configfile import KeysHelpParser, read_yaml
+from .util.configfile import KeysHelpParser, path_argument, read_yaml
 from .util.errors import DEBUG_ENV, INTERRUPTED, StepFailed, UserError, exit_status
 from .output.layout import shard_pattern
 from .report import background
@@ -308,7 +308,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
                     "memory, seed, threads (see configs/lm/); relative paths are relative to the config file; "
                     "an option given here wins over it")
-    lm.add_argument("--out", required=True, help="output directory for <lang>.sp.model and <lang>.arpa.bin")
+    lm.add_argument("--out", required=True, type=path_argument, help="output directory for <lang>.sp.model and <lang>.arpa.bin")
     lm.add_argument("--vocab-size", dest="vocab_size", type=int,
                     help="SentencePiece vocabulary (default and CCNet's: 65536); capped to what a small text allows, "
                          "and said so")
@@ -327,7 +327,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Compute CCNet-layout cutoff.csv (rows: percentile 0..99, columns: languages) from the "
                     "perplexity column of a pipeline output scored with perplexity.models.")
     cut.add_argument("--corpus", required=True, help="pipeline output directory (local, gs://, s3://)")
-    cut.add_argument("--out", required=True, help="cutoff.csv to write")
+    cut.add_argument("--out", required=True, type=path_argument, help="cutoff.csv to write")
     cut.add_argument("--sample", type=int, default=100_000, help="at most this many documents per language (default 100000)")
     cut.add_argument("--seed", type=int, default=0, help="sampling seed")
     rep = sub.add_parser(
@@ -335,7 +335,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Write the corpus report of a pipeline output from its stats.json and sampling.json alone: "
                     "the funnel, languages, alpha-sampling, perplexity, near-duplicates, rejected records, config.")
     rep.add_argument("corpus", metavar="CORPUS", help="pipeline output directory (local, gs://, s3://)")
-    rep.add_argument("--out", help="folder for the report (default CORPUS/report)")
+    rep.add_argument("--out", type=path_argument, help="folder for the report (default CORPUS/report)")
     if command in STORE_COMMANDS:
         from .output import stores
 

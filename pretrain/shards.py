@@ -34,6 +34,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from pipeline.output import fs, stores
+from pipeline.util.configfile import path_argument
 from pipeline.util.errors import UserError
 from pipeline.report.sampling import FINEWEB2_REHYDRATION, check_alpha, check_rehydration, copies, sampling_weights
 
@@ -426,7 +427,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
                         "local or s3:// gs://")
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer` (local)")
-    parser.add_argument("--out", required=True, help="token shard directory, a local folder (a rerun skips shards "
+    parser.add_argument("--out", required=True, type=path_argument, help="token shard directory, a local folder (a rerun skips shards "
                         "already written)")
     parser.add_argument("--buckets", nargs="+", action="extend", default=[], metavar="BUCKET", help="only these buckets (default: all)")
     parser.add_argument("--languages", nargs="+", action="extend", default=[], metavar="LANG", help="only these languages (default: all)")

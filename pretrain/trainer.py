@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pipeline.util.configfile import (KeysHelpParser, Source, build_dataclass, check_choices_and_ranges, describe,
-                                      merged_config_data, source_of)
+                                      merged_config_data, path_argument, source_of)
 from pipeline.util.errors import UserError
 from pretrain.loader import IGNORE, LoaderConfig, MLMLoader
 
@@ -158,8 +158,10 @@ def run_config_and_source(path: str | None, sets: list[str] | None = None,
     if len(cfg.optimizer.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optimizer.betas):
         raise UserError(f"{source_of(source, 'optimizer.betas')}: optimizer.betas must be two numbers in [0, 1), got {cfg.optimizer.betas}")
     for key in ("tokens", "tokenizer", "output"):
-        if not getattr(cfg, key):
-            raise UserError(f"{source_of(source, key)}: {key} is not set")
+        value = getattr(cfg, key)
+        if not value.strip():  # (blanks: a folder named by them, in the current one)
+            raise UserError(f"{source_of(source, key)}: {key} {value!r} names no path" if value else
+                            f"{source_of(source, key)}: {key} is not set")
     return cfg, source
 
 
@@ -571,7 +573,7 @@ def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--config", required=True, help="run YAML (configs/pretrain/*.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key (value read as YAML), e.g. --set optimizer.lr=1e-4; repeatable")
-    parser.add_argument("--output", help="run directory (overrides `output`)")
+    parser.add_argument("--output", type=path_argument, help="run directory (overrides `output`)")
     parser.add_argument("--steps", type=int, help="optimizer steps (overrides `steps`)")
     parser.add_argument("--deepspeed-config", dest="deepspeed", help="DeepSpeed JSON (overrides `deepspeed`)")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="TAG",

@@ -269,7 +269,7 @@ def test_paths_of_the_wrong_kind_are_one_line_and_lose_nothing(tmp_path):
             (["train-lm", "--config", str(tmp_path / "ref.yaml"), "--out", str(tmp_path / "lm")], "vocab_size must be an integer"),
             (["cutoffs", "--corpus", str(tmp_path), "--out", str(tmp_path / "c.csv"), "--sample", "0"], "--sample 0: must be"),
             (["cutoffs", "--corpus", str(tmp_path), "--out", f"{folder}/"], f"--out {folder}/: a folder; a file name is needed"),
-            (["cutoffs", "--corpus", str(tmp_path), "--out", ""], "--out '': an empty path; a file name is needed")):
+            (["cutoffs", "--corpus", str(tmp_path), "--out", ""], "argument --out: '' names no path")):
         result = cli(*args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
     assert sorted(p.name for p in folder.iterdir()) == ["de.arpa.bin"] and afile.read_bytes() == b"keep"
@@ -552,3 +552,31 @@ def test_an_output_of_blanks_is_an_error_not_a_folder_named_by_them(tmp_path):
                              "--output", " "], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr == "error: command line: output ' ' names no folder\n"
     assert not (tmp_path / " ").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["pipeline", "train-lm", "--corpus", "c", "--out", " "], ["pipeline", "cutoffs", "--corpus", "c", "--out", ""],
+    ["pipeline", "report", "c", "--out", "  "], ["pretrain", "tokenizer", "--corpus", "c", "--out", " "],
+    ["pretrain", "tokenize", "--corpus", "c", "--tokenizer", "t", "--out", ""],
+    ["pretrain", "export", "--checkpoint", "c", "--out", " "], ["pretrain", "train", "--output", "\t"],
+    ["xeval", "report", "--runs", "r", "--out", " "], ["xeval", "xnli", "--model", "m", "--data", "d", "--out", ""]])
+def test_every_commands_output_of_blanks_is_one_error_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """``pretrain tokenizer --out ' '`` trained the tokenizer and wrote it into a folder named ' '
+    in the current one; ``--out ''`` wrote into the current folder itself."""
+    import importlib
+
+    main = importlib.import_module(f"{argv[0]}.__main__").main
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(argv[1:])
+    flag = "--output" if "--output" in argv else "--out"
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert f"argument {flag}: {argv[-1]!r} names no path" in err and not os.listdir(tmp_path)
+
+
+def test_a_training_runs_output_of_blanks_from_its_config_is_one_error(tmp_path):
+    from pretrain.trainer import load_run_config
+
+    with pytest.raises(UserError, match=re.escape("--set output=' ': output ' ' names no path")):
+        load_run_config(str(ROOT / "configs/pretrain/tiny-cpu.yaml"), sets=["output=' '"])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.output import fs
+from pipeline.util.configfile import path_argument
 from pipeline.util.errors import UserError
 from pipeline.report.html import Section, Table, png, pyplot, write_report
 
@@ -319,7 +320,7 @@ REPORT_FILES = ("report.md", "report.html", "accuracy.png", "gap.png")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", help="results.json files (or the folders holding them)")
-    parser.add_argument("--out", required=True, help=f"folder for {', '.join(REPORT_FILES)}")
+    parser.add_argument("--out", required=True, type=path_argument, help=f"folder for {', '.join(REPORT_FILES)}")
     parser.add_argument("--names", help="comma-separated run names for the tables (default: model folder names)")
 
 

@@ -307,6 +307,14 @@ def describe(cls: type, prefix: str = "", choices_by_key: dict[str, tuple[str, .
     return lines
 
 
+def path_argument(value: str) -> str:
+    """An argparse ``type`` for a path a command writes: one of blanks (``--out ' '``, ``--out ''``) names
+    none, where it made a folder or file named by the blanks, or wrote into the current folder."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} names no path")
+    return value
+
+
 class KeysHelpParser(argparse.ArgumentParser):
     """An argument parser whose ``epilog`` may be a function returning it, called only when the
     help is shown: the config keys' lines (:func:`describe`) read the config classes' sources,
