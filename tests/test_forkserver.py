@@ -190,18 +190,21 @@ def where_each_ran(placed: list[tuple[int, int, int]]) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_files_two_stages_run_on_the_worker_its_index_names():
+@pytest.mark.parametrize("typed", [True, False])
+def test_a_files_two_stages_run_on_the_worker_its_index_names(typed):
     """The stages that read a BY_FILE GroupByKey run key i on worker i % n: file i's stage after
     Distribute and its stage after a later join by file (behind a barrier every file's first stage
-    must pass) run in one process, the files split between the workers by parity. Beam deals keys
-    to workers in the order they reached the runner, and a stage's shares to its workers by a
-    counter over every bundle of the run."""
+    must pass) run in one process, the files split between the workers by parity; also where the
+    join's inputs are typed Any (as with --no_pipeline_type_check), whose keys reach the runner as
+    encoded bytes. Beam deals keys to workers in the order they reached the runner, and a stage's
+    shares to its workers by a counter over every bundle of the run."""
     with direct_pipeline("--direct_num_workers=2", "--direct_running_mode=multi_processing") as p:
         files = (p | beam.Create([(i, f"file-{i}") for i in range(16)], reshuffle=False)
                  | "Distribute" >> placement.Distribute())
-        first = files | "First" >> beam.Map(with_pid).with_output_types(tuple[int, int])
+        first = files | "First" >> beam.Map(with_pid).with_output_types(tuple[int, int] if typed else Any)
         everyone = beam.pvalue.AsSingleton(first | beam.combiners.Count.Globally())
-        later = files | "AfterAll" >> beam.Map(lambda item, _: item, everyone).with_output_types(tuple[int, str])
+        later = files | "AfterAll" >> beam.Map(lambda item, _: item, everyone).with_output_types(
+            tuple[int, str] if typed else Any)
         with placement.by_file(p):
             joined = {"first": first, "path": later} | "JoinByFile" >> beam.CoGroupByKey()
         placed = joined | "Second" >> beam.Map(lambda kv: (kv[0], kv[1]["first"][0], os.getpid()))

@@ -141,8 +141,8 @@ def test_a_scratch_folder_that_holds_spills_in_memory_writes_none_until_it_is_ou
 
 
 def test_spills_are_held_only_in_the_process_that_made_the_scratch_folder(tmp_path):
-    """A worker in another process (forked or started) finds no memory to hold them in: it writes
-    the spill to the disk, where a worker of any process takes it."""
+    """A worker in another process (started, or forked without :func:`spill.hold_here`) finds no
+    memory to hold them in: it writes the spill to the disk, where a worker of any process takes it."""
     held = spill.Scratch(str(tmp_path), hold_bytes=2**30)
     try:
         code = ("import sys; from pipeline.readers import spill; from pipeline.steps.base import Drop\n"

@@ -110,8 +110,10 @@ def scratch_parent(mounts: str = "/proc/self/mounts") -> str:
     """Where a run's scratch folder goes: the system's temporary folder, or :data:`DISK_TEMP` where
     that is a tmpfs (``/tmp`` is one on Debian 13, Fedora and Arch), ``TMPDIR`` is not set and
     :data:`DISK_TEMP` is a folder on a disk this process may write. In memory the scratch holds
-    no spill and no stage's files, so the dedup pass parses every file again: 1.05-1.15x the time
-    of a 1-worker ``[dedup, lid]`` run on the 50 MB benchmark (BENCHMARKS.md)."""
+    no spill and no stage's files: tables move between stages as bytes, and a file whose first
+    pass's results no worker holds in its memory is parsed again by the dedup pass (every file,
+    before workers held them: 1.05-1.15x the time of a 1-worker ``[dedup, lid]`` run on the 50 MB
+    benchmark, BENCHMARKS.md)."""
     temp = tempfile.gettempdir()
     if ("TMPDIR" not in os.environ and memory_backed(temp, mounts) and os.path.isdir(DISK_TEMP)
             and os.access(DISK_TEMP, os.W_OK | os.X_OK) and not memory_backed(DISK_TEMP, mounts)):
@@ -205,7 +207,8 @@ def _held_bytes(result: Any) -> int:
 
 
 class _Memory:
-    """The spills held in the memory of the process that made a scratch folder: per file index,
+    """The spills held in the memory of the process that made a scratch folder, or of a worker
+    told to (:func:`hold_here`): per file index,
     its results and their size, up to ``budget`` bytes in all (a file being read counts once it is
     whole, so files read at the same time, by threads, may pass it together)."""
 

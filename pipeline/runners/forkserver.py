@@ -83,6 +83,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import grpc
+from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -126,7 +127,8 @@ def _partition_in_pieces(self: execution.GroupingBuffer, n: int) -> list[list[by
     streams = [create_OutputStream() for _ in range(n)]
     for i, (encoded_key, values) in enumerate(self._table.items()):
         key = key_coder.decode(encoded_key)
-        worker = key % n if by_file and type(key) is int else i % n
+        index = _file_index(key) if by_file else None
+        worker = index % n if index is not None else i % n
         stream = streams[worker]
         coder.encode_to_stream(in_global_window((key, values)), stream, True)
         if stream.size() >= PIECE_BYTES:
@@ -140,6 +142,21 @@ def _partition_in_pieces(self: execution.GroupingBuffer, n: int) -> list[list[by
     self._grouped_output = pieces
     self._table.clear()
     return pieces
+
+
+_PRIMITIVES = FastPrimitivesCoder()
+
+
+def _file_index(key: Any) -> int | None:
+    """The file index a ``BY_FILE`` key holds: an int where the key was typed so, or the bytes of a
+    key typed ``Any`` (``--no_pipeline_type_check`` infers no type), which are the SDK's
+    ``FastPrimitivesCoder`` encoding, opaque to the runner; None for any other key."""
+    if isinstance(key, bytes):
+        try:
+            key = _PRIMITIVES.decode(key)
+        except Exception:  # noqa: BLE001 (not an encoded value: Beam deals it)
+            return None
+    return key if type(key) is int and key >= 0 else None
 
 
 _BEAM_GET_BUFFER = execution.BundleContextManager.get_buffer

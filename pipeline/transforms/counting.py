@@ -59,8 +59,9 @@ class CountingDoFn(beam.DoFn):
 class Counted(beam.PTransform):
     """``ParDo(fn)`` with its ``counts`` output declared: the main output, or with ``outputs``
     named, every output by tag (``result.main``, ``result[tag]``). ``main_type``: the main output's
-    element type (a ParDo with outputs besides its main one types them all ``Any``, so a key that a
-    later GroupByKey groups by reaches the runner as pickled bytes).
+    element type, where Beam cannot infer it from the DoFn (a ``process`` that yields from another
+    call): a key typed ``Any`` that a later GroupByKey groups by reaches the runner as opaque bytes
+    (its ``FastPrimitivesCoder`` encoding).
 
     The ``counts`` outputs are not returned: :func:`counts_of` finds them all in the graph.
     """
