@@ -308,7 +308,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     lm.add_argument("--config", help="YAML with `languages: {de: [files...], ...}` and optionally vocab_size, order, "
                     "memory, seed, threads (see configs/lm/); relative paths are relative to the config file; "
                     "an option given here wins over it")
-    lm.add_argument("--out", required=True, type=path_argument, help="output directory for <lang>.sp.model and <lang>.arpa.bin")
+    lm.add_argument("--out", required=True, type=path_argument,
+                    help="output directory for <lang>.sp.model and <lang>.arpa.bin")
     lm.add_argument("--vocab-size", dest="vocab_size", type=int,
                     help="SentencePiece vocabulary (default and CCNet's: 65536); capped to what a small text allows, "
                          "and said so")

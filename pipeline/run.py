@@ -608,7 +608,8 @@ def _run_corpus(cfg: CorpusConfig, overwrite: bool, resume: bool, held_until_don
             if why:
                 LOG.warning("the scratch folder %s %s, so nothing is kept there: tables move between stages as bytes "
                             "and, where a worker cannot hold what exact dedup's first pass read in its memory, the "
-                            "second pass parses the file again; set TMPDIR to a folder on a disk with room", scratch, why)
+                            "second pass parses the file again; set TMPDIR to a folder on a disk with room",
+                            scratch, why)
             build_pipeline(pipeline, cfg, list(files), steps, scratch)
             result = pipeline.run()
             if build_only:  # with --template_location the job and what it needs are staged, not run

@@ -46,7 +46,8 @@ def export(checkpoint: str, tag: str | None, out: str, tokenizer: str | None = N
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="run dir, checkpoints dir, or checkpoint (step-<N>) dir")
     parser.add_argument("--tag", help="checkpoint tag (step-<N>) in a run or checkpoints dir (default: `latest`)")
-    parser.add_argument("--out", required=True, type=path_argument, help="output directory for the HF model (replaced whole once written)")
+    parser.add_argument("--out", required=True, type=path_argument,
+                        help="output directory for the HF model (replaced whole once written)")
     parser.add_argument("--tokenizer", help="tokenizer dir whose files go with the model (default: the one the "
                         "checkpoint's meta.json names, e.g. after the run was copied from another machine)")
 

@@ -427,7 +427,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow), "
                         "local or s3:// gs://")
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory written by `pretrain tokenizer` (local)")
-    parser.add_argument("--out", required=True, type=path_argument, help="token shard directory, a local folder (a rerun skips shards "
+    parser.add_argument("--out", required=True, type=path_argument,
+                        help="token shard directory, a local folder (a rerun skips shards "
                         "already written)")
     parser.add_argument("--buckets", nargs="+", action="extend", default=[], metavar="BUCKET", help="only these buckets (default: all)")
     parser.add_argument("--languages", nargs="+", action="extend", default=[], metavar="LANG", help="only these languages (default: all)")

@@ -409,7 +409,8 @@ class Tokenizer:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="pipeline output directory (lang=<l>/bucket=<b>/part-*.arrow, "
                         "sampling.json), local or s3:// gs://")
-    parser.add_argument("--out", required=True, type=path_argument, help="tokenizer directory to write (a local folder)")
+    parser.add_argument("--out", required=True, type=path_argument,
+                        help="tokenizer directory to write (a local folder)")
     parser.add_argument("--vocab-size", type=int, default=250_002,
                         help="final vocabulary size V incl. <s> <pad> </s> <unk> <mask> (default 250002, XLM-R's)")
     parser.add_argument("--alpha", type=float, default=None,

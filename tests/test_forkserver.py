@@ -174,7 +174,8 @@ def test_multi_processing_workers_are_forked_from_the_fork_server():
         pools = parents | "ArrowPool" >> beam.Map(lambda _: __import__("pyarrow").default_memory_pool().backend_name)
         pool = os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "(not set)")  # "system" as `import pipeline` set it, or the user's
         assert_that(pools, equal_to([pool] * 8), label="System")
-        holding = parents | "Hold" >> beam.Map(lambda _: __import__("pipeline.readers.spill").readers.spill._held_here > 0)
+        holding = parents | "Hold" >> beam.Map(
+            lambda _: __import__("pipeline.readers.spill").readers.spill._held_here > 0)
         assert_that(holding, equal_to([True] * 8), label="HoldSpills")  # each file's two passes run here
 
 
@@ -230,7 +231,8 @@ def test_the_graphs_joins_by_file_are_placed_and_keyed_by_an_int():
     for transform in placed.values():
         [pcoll] = transform.inputs.values()
         pair = components.coders[components.pcollections[pcoll].coder_id]
-        assert components.coders[pair.component_coder_ids[0]].spec.urn == common_urns.coders.VARINT.urn, transform.unique_name
+        key_coder = components.coders[pair.component_coder_ids[0]]
+        assert key_coder.spec.urn == common_urns.coders.VARINT.urn, transform.unique_name
 
 
 @pytest.mark.parametrize("env, pool", [({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": ""}, "system"),

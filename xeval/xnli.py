@@ -103,7 +103,8 @@ def _seeds(value: str) -> list[int]:
 def add_arguments(parser: KeysHelpParser) -> None:
     parser.add_argument("--model", required=True, help="HF model dir (config.json + weights + tokenizer) or our run/checkpoint dir")
     parser.add_argument("--data", required=True, help="folder with the XNLI / XNLI-MT / MultiNLI / HF datasets files")
-    parser.add_argument("--out", required=True, type=path_argument, help="report folder (results.json, report.md, report.html, *.png)")
+    parser.add_argument("--out", required=True, type=path_argument,
+                        help="report folder (results.json, report.md, report.html, *.png)")
     parser.add_argument("--config", help="YAML config (configs/xnli/*.yaml); options below override it")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--languages", type=_csv, help="comma-separated test languages, or 'all' (default: the 15 XNLI languages)")

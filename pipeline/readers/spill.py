@@ -12,8 +12,8 @@ own workers, ``in_memory``: every 1-worker run), the first pass's results are he
 as they are, up to the ``hold_bytes`` its :class:`Scratch` was made with in all (:func:`hold_bytes`:
 a quarter of the memory available when the run starts); so are they in each of the DirectRunner's
 forked workers, which the runner gives both passes of the files they read
-(``transforms.placement``), up to its share of that (:func:`hold_here`). No spill is written or loaded (0.17 s and
-0.19 s for the benchmark's 8 files), and a 1-worker ``[dedup, lid]`` run of the benchmark took
+(``transforms.placement``), up to its share of that (:func:`hold_here`). No spill is written or
+loaded (0.17 s and 0.19 s for the benchmark's 8 files), and a 1-worker ``[dedup, lid]`` run of the benchmark took
 0.975x the time (medians of 6 alternated runs, BENCHMARKS.md, 2026-11-30); LID's model is loaded
 apart from the held documents (``transforms.apply.ApplyStep``), without which fastText took 1.25x
 the time. Past that, a file's results go to its spill on the disk as above.
@@ -256,8 +256,8 @@ def _memory(scratch: str) -> _Memory | None:
 def keeping(scratch: str, index: int, results: Iterable[Any]) -> Iterator[Any]:
     """``results`` passed on as they come, kept meanwhile as file ``index``'s spill (complete
     when the last result has been taken): in this process's memory where it made the scratch
-    folder or :func:`hold_here` says so, with room to hold them, else written to the disk. Without room on the disk either, they
-    are only passed on."""
+    folder or :func:`hold_here` says so, with room to hold them, else written to the disk. Without
+    room on the disk either, they are only passed on."""
     memory = _memory(scratch)
     held: list[Any] | None = [] if memory is not None else None
     size = 0

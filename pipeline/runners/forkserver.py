@@ -531,7 +531,8 @@ def install(options: PipelineOptions, modules: Iterable[str] = ()) -> None:
     global _fork_workers, _step_modules, _worker_hold_bytes
     _step_modules = list(dict.fromkeys([*_step_modules, *modules]))  # a later call without them keeps them
     direct = options.view_as(DirectOptions)
-    _fork_workers = direct.direct_running_mode == "multi_processing" and start_fork_server(preloaded())  # it imports meanwhile
+    multi_processing = direct.direct_running_mode == "multi_processing"
+    _fork_workers = multi_processing and start_fork_server(preloaded())  # it imports meanwhile
     workers = direct.direct_num_workers or os.cpu_count() or 1  # (0: Beam's one per core)
     _worker_hold_bytes = spill.hold_bytes() // workers if _fork_workers else 0
     # after the start: glibc reads the variable once, as a process starts, and the fork server serves every later run
